@@ -1,0 +1,58 @@
+"""Triton adapter for the ``tokenize`` stage: tensors in, ``renderer.Renderer``, tensors out."""
+
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from renderer import Renderer, RendererConfig
+from renderer.prompts import completion_prompt
+from serving import triton_io as io
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        p = io.model_params(args)
+        self.renderer = Renderer.from_config(RendererConfig(
+            model_dir=p["model_dir"],
+            max_model_len=int(p.get("max_model_len") or 0),
+            enable_prompt_embeds=io.flag(p, "enable_prompt_embeds"),
+        ))
+
+    def _parse(self, request):
+        prompt = completion_prompt(
+            text=io.get_bytes(request, "prompt"),
+            token_ids=io.get_ids(request, "prompt_token_ids"),
+            embeds=io.get_bytes(request, "prompt_embeds"),
+            cache_salt=io.get_bytes(request, "cache_salt"),
+        )
+        params = self.renderer.request_params(
+            io.get_json(request, "tokenize_params"),
+            chat=bool(io.get_scalar(request, "chat_template_applied", bool)),
+            max_output_tokens=io.get_scalar(request, "max_tokens"),
+        )
+        return prompt, params
+
+    def execute(self, requests):
+        prompts, params = [], []
+        for r in requests:
+            try:
+                pr, pa = self._parse(r)
+            except Exception as e:  # noqa: BLE001 - becomes this request's error response
+                pr = pa = e
+            prompts.append(pr)
+            params.append(pa)
+        results = self.renderer.render_batch(prompts, params)
+        return [self._respond(res) for res in results]
+
+    def _respond(self, res):
+        if isinstance(res, BaseException):
+            return io.error_response(res, "tokenize")
+        ids = np.asarray(res.prompt_token_ids, dtype=np.int32)
+        offsets = np.asarray(res.token_offsets or [], dtype=np.int32).reshape(-1, 2)
+        return pb_utils.InferenceResponse(output_tensors=[
+            io.tensor("input_ids", ids, np.int32),
+            io.tensor("input_lengths", [len(ids)], np.int32),
+            io.tensor("token_offsets", offsets, np.int32),
+            io.bytes_tensor("rendered_prompt", [res.prompt or ""]),
+        ])

@@ -1,0 +1,105 @@
+"""Every way a request can be wrong, as a named error type with a precise message.
+
+All derive from ``RenderError`` so an adapter maps exactly these to a client error (HTTP 400 /
+gRPC INVALID_ARGUMENT) and anything else to an internal error. Messages follow vLLM's wording
+where vLLM has one; tests match on them.
+"""
+
+from __future__ import annotations
+
+
+class RenderError(ValueError):
+    """A request the renderer refuses; the message says what was wrong."""
+
+
+class InvalidParamsError(RenderError):
+    """A JSON parameter bag (``tokenize_params``, ``chat_params``, ``sampling_params``) is malformed."""
+
+
+class UnknownFieldError(InvalidParamsError):
+    def __init__(self, bag: str, names: list[str], allowed: list[str]) -> None:
+        super().__init__(
+            f"Unknown field(s) in {bag}: {', '.join(sorted(names))}. "
+            f"Allowed fields: {', '.join(sorted(allowed))}."
+        )
+
+
+class FieldTypeError(InvalidParamsError):
+    def __init__(self, bag: str, name: str, expected: str, value: object) -> None:
+        super().__init__(
+            f"{bag}.{name} must be {expected}, got {type(value).__name__} {_short(value)}."
+        )
+
+
+class InvalidJSONError(InvalidParamsError):
+    def __init__(self, what: str, detail: str) -> None:
+        super().__init__(f"{what} is not valid JSON: {detail}")
+
+
+class TruncationSizeError(InvalidParamsError):
+    """vLLM: truncate_prompt_tokens larger than max_total_tokens - max_output_tokens."""
+
+
+class TruncationSideError(InvalidParamsError):
+    def __init__(self) -> None:
+        super().__init__("`truncation_side` must be either 'left' or 'right'.")
+
+
+class OutputTokensError(InvalidParamsError):
+    """max_output_tokens larger than max_total_tokens."""
+
+
+class PromptError(RenderError):
+    """The prompt itself is unusable."""
+
+
+class NoPromptError(PromptError):
+    def __init__(self) -> None:
+        super().__init__("You must pass at least one prompt")
+
+
+class PromptFormError(PromptError):
+    """Zero or several prompt forms (text, token ids, embeds) in one request."""
+
+
+class PromptTypeError(PromptError):
+    def __init__(self) -> None:
+        super().__init__(
+            "Expected prompt['prompt'] to be a string before tokenization; "
+            "use 'prompt_token_ids' for token ID inputs"
+        )
+
+
+class InvalidUTF8Error(PromptError):
+    def __init__(self, what: str, detail: str) -> None:
+        super().__init__(f"{what} is not valid UTF-8: {detail}")
+
+
+class EmptyPromptError(PromptError):
+    def __init__(self) -> None:
+        super().__init__("The decoder prompt cannot be empty")
+
+
+class TokenIdError(PromptError):
+    """Token ids out of the vocabulary or not integers."""
+
+
+class PromptTooLongError(PromptError):
+    """The prompt (plus requested output) does not fit the context length."""
+
+
+class CacheSaltError(PromptError):
+    """``cache_salt`` is empty or too long."""
+
+
+class TensorError(RenderError):
+    """An input tensor has the wrong dtype, shape or batch size."""
+
+
+class DetokenizationError(RenderError):
+    """Token ids that cannot be turned back into text."""
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

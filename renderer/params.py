@@ -1,0 +1,242 @@
+"""``TokenizeParams``: how one prompt is tokenized, truncated and length-checked (vLLM semantics).
+
+Order of work, as in vLLM: text checks (length bound or pre-trim, lower-casing) before
+tokenizing; padding, truncation, then the length check after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from .errors import (
+    FieldTypeError,
+    InvalidParamsError,
+    OutputTokensError,
+    PromptTooLongError,
+    TruncationSideError,
+    TruncationSizeError,
+    UnknownFieldError,
+)
+
+TRUNCATION_SIDES = ("left", "right")
+
+
+@dataclass(frozen=True)
+class TokenizeParams:
+    """Configuration of how prompts are tokenized (vLLM's ``TokenizeParams``)."""
+
+    max_total_tokens: int | None
+    """Maximum allowed input + output tokens: the model's context length."""
+
+    max_output_tokens: int = 0
+    """Requested output tokens; they reserve room in the context."""
+
+    pad_prompt_tokens: int | None = None
+    """Pad the prompt to this many tokens with the pad token; -1 means ``max_input_tokens``."""
+
+    truncate_prompt_tokens: int | None = None
+    """Tokens to keep: None no truncation, -1 ``max_input_tokens``, N keeps N."""
+
+    truncation_side: str | None = None
+    """"left" keeps the last N tokens, "right" the first N; None takes the tokenizer's side."""
+
+    do_lower_case: bool = False
+    """Lower-case text before tokenizing (sentence-transformers encoder configs)."""
+
+    add_special_tokens: bool = True
+    """Let the tokenizer add its special tokens (BOS/EOS). Chat defaults to False."""
+
+    return_token_offsets: bool = False
+    """Return per-token (start, end) character spans; special tokens get (0, 0)."""
+
+    needs_detokenization: bool = False
+    """Decode token-id prompts back into text for ``rendered_prompt``."""
+
+    max_total_tokens_param: str = "max_total_tokens"
+    """Name used for max_total_tokens in error messages."""
+
+    max_output_tokens_param: str = "max_output_tokens"
+    """Name used for max_output_tokens in error messages."""
+
+    truncate_prompt_tokens_param: str = "truncate_prompt_tokens"
+    """Name used for truncate_prompt_tokens in error messages."""
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """Maximum allowed input tokens."""
+        if self.max_total_tokens is None:
+            return None
+        return self.max_total_tokens - self.max_output_tokens
+
+    def __post_init__(self) -> None:
+        total, out, inp = self.max_total_tokens, self.max_output_tokens, self.max_input_tokens
+        if total is not None and out > total:
+            raise OutputTokensError(
+                f"{self.max_output_tokens_param}={out} cannot be greater than "
+                f"{self.max_total_tokens_param}={total}. Please request fewer output tokens."
+            )
+        trunc = self.truncate_prompt_tokens
+        if inp is not None and trunc is not None and trunc > inp:
+            raise TruncationSizeError(
+                f"{self.truncate_prompt_tokens_param}={trunc} cannot be greater than "
+                f"{self.max_total_tokens_param} - {self.max_output_tokens_param} = {inp}. "
+                f"Please request a smaller truncation size."
+            )
+        if self.truncation_side is not None and self.truncation_side not in TRUNCATION_SIDES:
+            raise TruncationSideError()
+
+    # --- derived values -------------------------------------------------------------------
+
+    @property
+    def truncation_length(self) -> int | None:
+        """Tokens to keep after truncation (-1 resolved), or None."""
+        n = self.truncate_prompt_tokens
+        if n is not None and n < 0:
+            return self.max_input_tokens
+        return n
+
+    def side(self, tokenizer_side: str) -> str:
+        return self.truncation_side or tokenizer_side
+
+    def encode_max_length(self) -> int | None:
+        """Bound handed to the tokenizer: the truncation size, else ``max_input_tokens + 1``.
+
+        The +1 bound means an over-long prompt is never fully tokenized yet still fails the
+        length check (its count is then "at least" that many).
+        """
+        n = self.truncation_length
+        if n is not None:
+            return n
+        if self.max_input_tokens is not None:
+            return self.max_input_tokens + 1
+        return None
+
+    # --- text steps (before tokenizing) ---------------------------------------------------
+
+    def prepare_text(self, text: str, max_chars_per_token: int, tokenizer_side: str) -> tuple[str, int]:
+        """Length-bound or pre-trim the text, lower-case it; returns (text, chars trimmed before)."""
+        inp = self.max_input_tokens
+        shift = 0
+        if inp is not None:
+            keep = self.truncation_length
+            if keep is None:
+                max_chars = inp * max_chars_per_token
+                if len(text) > max_chars:
+                    # Fail before tokenizing: no amount of tokenizer work can make it fit.
+                    raise PromptTooLongError(
+                        f"You passed {len(text)} input characters and requested "
+                        f"{self.max_output_tokens} output tokens. However, the model's context "
+                        f"length is only {self.max_total_tokens} tokens, resulting in a maximum "
+                        f"input length of {inp} tokens (at most {max_chars} characters). "
+                        f"Please reduce the length of the input prompt."
+                    )
+            else:
+                max_chars = keep * max_chars_per_token
+                if len(text) > max_chars:
+                    # Pre-trim: the kept tokens lie within the kept characters.
+                    if self.side(tokenizer_side) == "left":
+                        shift = len(text) - max_chars
+                        text = text[shift:]
+                    else:
+                        text = text[:max_chars]
+        if self.do_lower_case:
+            text = text.lower()
+        return text, shift
+
+    # --- token steps (after tokenizing) ---------------------------------------------------
+
+    def pad(self, ids: list[int], pad_id: int | None) -> list[int]:
+        n = self.pad_prompt_tokens
+        if n is not None and n < 0:
+            n = self.max_input_tokens
+        if n is None or n <= len(ids):
+            return ids
+        if pad_id is None:
+            raise InvalidParamsError("pad_prompt_tokens needs a tokenizer with a pad token.")
+        return ids + [pad_id] * (n - len(ids))
+
+    def truncate(self, ids: list, tokenizer_side: str) -> list:
+        n = self.truncation_length
+        if n is None or n >= len(ids):
+            return ids
+        if n == 0:
+            return ids[:0]
+        return ids[-n:] if self.side(tokenizer_side) == "left" else ids[:n]
+
+    def check_length(self, n_tokens: int, *, at_least: bool = False) -> None:
+        inp = self.max_input_tokens
+        if inp is None or n_tokens <= inp:
+            return
+        total = self.max_output_tokens + n_tokens
+        raise PromptTooLongError(
+            f"This model's maximum context length is {self.max_total_tokens} tokens. However, "
+            f"you requested {self.max_output_tokens} output tokens and your prompt contains "
+            f"{'at least ' if at_least else ''}{n_tokens} input tokens, for a total of "
+            f"{'at least ' if at_least else ''}{total} tokens. Please reduce the length of the "
+            f"input prompt or the number of requested output tokens."
+        )
+
+    # --- parsing a request's JSON bag -----------------------------------------------------
+
+    def with_request(self, bag: Mapping[str, Any] | None, *, max_model_len: int | None) -> "TokenizeParams":
+        """Overlay a request's ``tokenize_params`` on these defaults, validating every field."""
+        if not bag:
+            return self
+        if not isinstance(bag, Mapping):
+            raise FieldTypeError("request", "tokenize_params", "a JSON object", bag)
+        unknown = [k for k in bag if k not in REQUEST_FIELDS]
+        if unknown:
+            raise UnknownFieldError("tokenize_params", unknown, list(REQUEST_FIELDS))
+        changes: dict[str, Any] = {}
+        for name, value in bag.items():
+            if value is None:
+                if name in NULLABLE_FIELDS:
+                    changes[name] = None
+                    continue
+                raise FieldTypeError("tokenize_params", name, REQUEST_FIELDS[name], value)
+            kind = REQUEST_FIELDS[name]
+            if kind.startswith("a boolean"):
+                if not isinstance(value, bool):
+                    raise FieldTypeError("tokenize_params", name, kind, value)
+            elif kind.startswith("an integer"):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise FieldTypeError("tokenize_params", name, kind, value)
+            elif name == "truncation_side":
+                if value not in TRUNCATION_SIDES:
+                    raise TruncationSideError()
+            changes[name] = value
+        _check_ranges(changes, max_model_len)
+        return replace(self, **changes)
+
+
+REQUEST_FIELDS: dict[str, str] = {
+    "max_total_tokens": "an integer >= 1",
+    "max_output_tokens": "an integer >= 0",
+    "pad_prompt_tokens": "an integer >= -1 or null",
+    "truncate_prompt_tokens": "an integer >= -1 or null",
+    "truncation_side": "'left', 'right' or null",
+    "do_lower_case": "a boolean",
+    "add_special_tokens": "a boolean",
+    "return_token_offsets": "a boolean",
+    "needs_detokenization": "a boolean",
+}
+NULLABLE_FIELDS = {"pad_prompt_tokens", "truncate_prompt_tokens", "truncation_side"}
+
+
+def _check_ranges(changes: dict[str, Any], max_model_len: int | None) -> None:
+    total = changes.get("max_total_tokens")
+    if total is not None:
+        if total < 1:
+            raise FieldTypeError("tokenize_params", "max_total_tokens", REQUEST_FIELDS["max_total_tokens"], total)
+        if max_model_len is not None and total > max_model_len:
+            raise InvalidParamsError(
+                f"max_total_tokens={total} cannot be greater than the model's maximum context "
+                f"length of {max_model_len} tokens."
+            )
+    if changes.get("max_output_tokens", 0) < 0:
+        raise FieldTypeError("tokenize_params", "max_output_tokens", REQUEST_FIELDS["max_output_tokens"], changes["max_output_tokens"])
+    for name in ("pad_prompt_tokens", "truncate_prompt_tokens"):
+        v = changes.get(name)
+        if v is not None and v < -1:
+            raise FieldTypeError("tokenize_params", name, REQUEST_FIELDS[name], v)

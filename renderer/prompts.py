@@ -1,0 +1,127 @@
+"""Prompt forms a request may carry, and what each becomes after tokenization.
+
+Mirrors vLLM's ``TextPrompt`` / ``TokensPrompt`` and its engine input, as frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+from .errors import CacheSaltError, InvalidUTF8Error, PromptFormError
+
+MAX_CACHE_SALT_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    """A prompt given as text."""
+
+    prompt: str
+    """The text to tokenize."""
+
+    cache_salt: str | None = None
+    """Isolates prefix-cache entries between tenants."""
+
+
+@dataclass(frozen=True)
+class TokensPrompt:
+    """A prompt given as token ids."""
+
+    prompt_token_ids: list[int]
+    """The ids, used as they are (after validation)."""
+
+    prompt: str | None = None
+    """Text the ids came from, when known."""
+
+    cache_salt: str | None = None
+    """Isolates prefix-cache entries between tenants."""
+
+
+Prompt = Union[TextPrompt, TokensPrompt]
+
+
+@dataclass(frozen=True)
+class TokenizedPrompt:
+    """A prompt after step 2 (tokenize): the ids the engine will see."""
+
+    prompt_token_ids: list[int]
+    """Final ids: tokenized, padded, truncated, length-checked."""
+
+    prompt: str | None = None
+    """The text (given, or decoded when ``needs_detokenization``)."""
+
+    token_offsets: list[tuple[int, int]] | None = None
+    """Per-token character spans into ``prompt``, when asked for and available."""
+
+    cache_salt: str | None = None
+    """Carried through from the request."""
+
+    extras: dict = field(default_factory=dict)
+    """Prompt extras merged in step 3 (``mm_processor_kwargs`` and the like)."""
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """A prompt after step 4: what the downstream model consumes."""
+
+    prompt_token_ids: list[int]
+    """Token ids for the model."""
+
+    prompt: str | None
+    """Prompt text, when known."""
+
+    token_offsets: list[tuple[int, int]] | None
+    """Per-token character spans, when asked for."""
+
+    cache_salt: str | None
+    """Prefix-cache salt."""
+
+    arrival_time: float
+    """When the request reached the renderer (``time.time()``)."""
+
+
+def decode_utf8(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidUTF8Error(what, f"invalid byte at position {e.start}") from None
+
+
+def validate_cache_salt(salt: str | None) -> str | None:
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt:
+        raise CacheSaltError("cache_salt must be a non-empty string.")
+    if len(salt) > MAX_CACHE_SALT_CHARS:
+        raise CacheSaltError(
+            f"cache_salt must be at most {MAX_CACHE_SALT_CHARS} characters, got {len(salt)}."
+        )
+    return salt
+
+
+def completion_prompt(
+    *,
+    text: bytes | str | None = None,
+    token_ids: Sequence[int] | None = None,
+    embeds: bytes | None = None,
+    cache_salt: bytes | str | None = None,
+) -> Prompt:
+    """Step 1 for one completion request: exactly one prompt form, decoded and checked."""
+    given = [n for n, v in (("prompt", text), ("prompt_token_ids", token_ids), ("prompt_embeds", embeds)) if v is not None]
+    if not given:
+        raise PromptFormError("Either prompt, prompt_token_ids or prompt_embeds must be provided.")
+    if len(given) > 1:
+        raise PromptFormError(
+            f"Exactly one of prompt, prompt_token_ids or prompt_embeds may be provided, got {' and '.join(given)}."
+        )
+    if isinstance(cache_salt, bytes):
+        cache_salt = decode_utf8(cache_salt, "cache_salt")
+    salt = validate_cache_salt(cache_salt)
+    if embeds is not None:
+        raise PromptFormError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.")
+    if text is not None:
+        if isinstance(text, bytes):
+            text = decode_utf8(text, "prompt")
+        return TextPrompt(prompt=text, cache_salt=salt)
+    return TokensPrompt(prompt_token_ids=[int(i) for i in token_ids], cache_salt=salt)

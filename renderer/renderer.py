@@ -1,0 +1,225 @@
+"""The ``Renderer``: vLLM's four input steps over a batch of requests, sync and async.
+
+1. render  - raw request fields to prompt forms (``prompts.completion_prompt``)
+2. tokenize - one batched encode for every text prompt, then pad / truncate / length-check
+3. extras  - merge ``cache_salt`` and processor kwargs into the target prompt
+4. process - engine inputs, stamped with their arrival time
+
+A batch never fails as a whole: each item of a result list is either its output or the
+``RenderError`` that item earned, so one bad request does not fail the others batched with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TypeVar, Union
+
+from .errors import EmptyPromptError, NoPromptError, PromptTypeError, RenderError, TokenIdError
+from .model_info import ModelInfo
+from .params import TokenizeParams
+from .prompts import EngineInput, Prompt, TextPrompt, TokenizedPrompt, TokensPrompt
+from .tokenizer import EncodeOptions, Tokenizer
+
+T = TypeVar("T")
+Result = Union[T, RenderError]
+
+
+@dataclass(frozen=True)
+class RendererConfig:
+    """Server-wide renderer settings."""
+
+    model_dir: str
+    """Hugging Face model folder (tokenizer and config)."""
+
+    max_model_len: int = 0
+    """Context length; 0 takes the model config's."""
+
+    enable_prompt_embeds: bool = False
+    """vLLM's ``--enable-prompt-embeds``."""
+
+
+class Renderer:
+    """Turns completion requests into engine inputs exactly as vLLM's renderer does."""
+
+    def __init__(self, tokenizer: Tokenizer, info: ModelInfo, config: RendererConfig) -> None:
+        self.tokenizer = tokenizer
+        self.info = info
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: RendererConfig) -> "Renderer":
+        info = ModelInfo.from_model_dir(config.model_dir, config.max_model_len)
+        return cls(Tokenizer.from_pretrained(Path(config.model_dir)), info, config)
+
+    # --- defaults ------------------------------------------------------------------------
+
+    @property
+    def default_completion_params(self) -> TokenizeParams:
+        """Completions add the tokenizer's special tokens (vLLM default)."""
+        return TokenizeParams(max_total_tokens=self.info.max_model_len, add_special_tokens=True)
+
+    @property
+    def default_chat_params(self) -> TokenizeParams:
+        """Chat templates write their own BOS: adding special tokens again would double it."""
+        return TokenizeParams(max_total_tokens=self.info.max_model_len, add_special_tokens=False)
+
+    def request_params(self, bag: Mapping[str, Any] | None, *, chat: bool = False,
+                       max_output_tokens: int | None = None) -> TokenizeParams:
+        """Defaults overlaid with a request's ``tokenize_params`` (and its ``max_tokens``)."""
+        base = self.default_chat_params if chat else self.default_completion_params
+        if max_output_tokens is not None and not (bag and "max_output_tokens" in bag):
+            bag = {**(bag or {}), "max_output_tokens": max_output_tokens}
+        return base.with_request(bag, max_model_len=self.info.max_model_len)
+
+    # --- step 1 ----------------------------------------------------------------------------
+
+    def render_prompts(self, prompts: Sequence[Prompt]) -> list[Prompt]:
+        if len(prompts) == 0:
+            raise NoPromptError()
+        for p in prompts:
+            if isinstance(p, TextPrompt) and not isinstance(p.prompt, str):
+                raise PromptTypeError()
+        return list(prompts)
+
+    async def render_prompts_async(self, prompts: Sequence[Prompt]) -> list[Prompt]:
+        return self.render_prompts(prompts)
+
+    # --- step 2 ----------------------------------------------------------------------------
+
+    def tokenize_prompts(
+        self, prompts: Sequence[Prompt], params: Sequence[TokenizeParams] | TokenizeParams
+    ) -> list[Result[TokenizedPrompt]]:
+        """Tokenize a batch; all text prompts sharing encode options go in one backend call."""
+        if isinstance(params, TokenizeParams):
+            params = [params] * len(prompts)
+        tok = self.tokenizer
+        side = tok.truncation_side
+        results: list[Any] = [None] * len(prompts)
+        groups: dict[tuple[EncodeOptions, bool], list[tuple[int, str, int]]] = defaultdict(list)
+
+        for i, (prompt, p) in enumerate(zip(prompts, params)):
+            try:
+                if isinstance(prompt, TokensPrompt):
+                    results[i] = self._finish_tokens(prompt, p)
+                    continue
+                if not isinstance(prompt.prompt, str):
+                    raise PromptTypeError()
+                text, shift = p.prepare_text(prompt.prompt, tok.max_chars_per_token, side)
+                opts = EncodeOptions(p.add_special_tokens, p.encode_max_length(), p.side(side))
+                groups[(opts, p.return_token_offsets and tok.is_fast)].append((i, text, shift))
+            except RenderError as e:
+                results[i] = e
+
+        for (opts, offsets), items in groups.items():
+            encoded = tok.encode_batch([text for _, text, _ in items], opts, offsets=offsets)
+            for (i, _, shift), enc in zip(items, encoded):
+                try:
+                    results[i] = self._finish_text(prompts[i], params[i], enc.ids, enc.offsets, shift)
+                except RenderError as e:
+                    results[i] = e
+        return results
+
+    async def tokenize_prompts_async(
+        self, prompts: Sequence[Prompt], params: Sequence[TokenizeParams] | TokenizeParams
+    ) -> list[Result[TokenizedPrompt]]:
+        return await asyncio.to_thread(self.tokenize_prompts, prompts, params)
+
+    def _finish_text(self, prompt: TextPrompt, p: TokenizeParams, ids: list[int],
+                     offsets: list[tuple[int, int]] | None, shift: int) -> TokenizedPrompt:
+        bounded = p.truncation_length is None and p.max_input_tokens is not None
+        at_least = bounded and len(ids) > p.max_input_tokens  # tokenizing stopped at the +1 bound
+        if offsets is not None and shift:
+            # Spans refer to the text as sent, before the pre-trim; (0, 0) marks special tokens.
+            offsets = [o if o == (0, 0) else (o[0] + shift, o[1] + shift) for o in offsets]
+        ids, offsets = self._post_tokenization(ids, offsets, p, at_least=at_least)
+        return TokenizedPrompt(prompt_token_ids=ids, prompt=prompt.prompt, token_offsets=offsets,
+                               cache_salt=prompt.cache_salt)
+
+    def _finish_tokens(self, prompt: TokensPrompt, p: TokenizeParams) -> TokenizedPrompt:
+        ids = self.validate_token_ids(prompt.prompt_token_ids)
+        ids, _ = self._post_tokenization(ids, None, p, at_least=False)
+        text = prompt.prompt
+        if p.needs_detokenization and text is None:
+            text = self.tokenizer.decode(ids)
+        return TokenizedPrompt(prompt_token_ids=ids, prompt=text, cache_salt=prompt.cache_salt)
+
+    def _post_tokenization(self, ids: list[int], offsets: list | None, p: TokenizeParams,
+                           *, at_least: bool) -> tuple[list[int], list | None]:
+        """Pad, truncate, then check the length: vLLM's order."""
+        side = self.tokenizer.truncation_side
+        n_before = len(ids)
+        ids = p.pad(ids, self.tokenizer.pad_token_id)
+        if offsets is not None and len(ids) > n_before:
+            offsets = offsets + [(0, 0)] * (len(ids) - n_before)
+        ids = p.truncate(ids, side)
+        if offsets is not None:
+            offsets = p.truncate(offsets, side)
+        p.check_length(len(ids), at_least=at_least)
+        if not ids:
+            raise EmptyPromptError()
+        return ids, offsets
+
+    def validate_token_ids(self, ids: Sequence[int]) -> list[int]:
+        out: list[int] = []
+        hi = self.tokenizer.max_token_id
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int):
+                raise TokenIdError(f"Token ids must be integers, got {type(t).__name__} {t!r}.")
+            out.append(t)
+        if out:
+            lo_id, hi_id = min(out), max(out)
+            if hi_id > hi:
+                raise TokenIdError(f"Token id {hi_id} is out of vocabulary (valid ids are 0 to {hi}).")
+            if lo_id < 0:
+                raise TokenIdError(f"Token id {lo_id} is out of vocabulary (valid ids are 0 to {hi}).")
+        return out
+
+    # --- step 3 ----------------------------------------------------------------------------
+
+    def apply_prompt_extras(self, prompts: Sequence[TokenizedPrompt], extras: Mapping[str, Any] | None
+                            ) -> list[TokenizedPrompt]:
+        if not extras:
+            return list(prompts)
+        extras = dict(extras)
+        salt = extras.pop("cache_salt", None)
+        return [
+            replace(p, cache_salt=salt if salt is not None else p.cache_salt, extras={**p.extras, **extras})
+            for p in prompts
+        ]
+
+    # --- step 4 ----------------------------------------------------------------------------
+
+    def process_for_engine(self, prompt: TokenizedPrompt, arrival_time: float | None = None) -> EngineInput:
+        return EngineInput(
+            prompt_token_ids=prompt.prompt_token_ids,
+            prompt=prompt.prompt,
+            token_offsets=prompt.token_offsets,
+            cache_salt=prompt.cache_salt,
+            arrival_time=time.time() if arrival_time is None else arrival_time,
+        )
+
+    async def process_for_engine_async(self, prompt: TokenizedPrompt, arrival_time: float | None = None) -> EngineInput:
+        return self.process_for_engine(prompt, arrival_time)
+
+    # --- the whole pipeline ----------------------------------------------------------------
+
+    def render_batch(self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
+                     ) -> list[Result[EngineInput]]:
+        """Steps 2-4 for a batch whose step-1 results (or errors) are already known."""
+        arrival = time.time()
+        # Items whose step 1 already failed (any exception) keep that error.
+        ok = [i for i, (pr, pa) in enumerate(zip(prompts, params))
+              if not isinstance(pr, Exception) and not isinstance(pa, Exception)]
+        out: list[Any] = [pr if isinstance(pr, Exception) else pa for pr, pa in zip(prompts, params)]
+        tokenized = self.tokenize_prompts([prompts[i] for i in ok], [params[i] for i in ok])
+        for i, t in zip(ok, tokenized):
+            out[i] = t if isinstance(t, RenderError) else self.process_for_engine(t, arrival)
+        return out
+
+    async def render_batch_async(self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
+                                 ) -> list[Result[EngineInput]]:
+        return await asyncio.to_thread(self.render_batch, prompts, params)

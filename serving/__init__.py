@@ -1,0 +1,1 @@
+"""Set-up and launch of the Triton server: default model build, repository generation, process control."""

@@ -1,0 +1,330 @@
+"""Fill the model repository templates and run a real ``tritonserver`` on them.
+
+``python -m serving.launch serve``  foreground (what ``make serve`` runs)
+``python -m serving.launch start``  background, waits until ready (tests and benchmarks)
+``python -m serving.launch stop``   SIGTERM, so the Python backend frees its /dev/shm regions
+``python -m serving.launch render`` only write the generated repository
+
+Every deployment choice is an environment variable (see ``Settings``); the same launcher is the
+container entrypoint, so a Kubernetes ConfigMap sets the same names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = ROOT / "model_repository"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Deployment settings; each field reads the environment variable of its upper-case name."""
+
+    model_dir: str = ""
+    """Hugging Face model folder served. Empty: the embedded default model under ``build_dir``."""
+    build_dir: str = str(ROOT / "build")
+    """Where the default model, generated repository, pid and log files live."""
+    host: str = "127.0.0.1"
+    """Address the HTTP, gRPC and metrics endpoints bind to."""
+    http_port: int = 8000
+    """HTTP/REST port."""
+    grpc_port: int = 8001
+    """gRPC port."""
+    metrics_port: int = 8002
+    """Prometheus metrics port."""
+    tokenize_instances: int = 2
+    """CPU instances of ``tokenize``."""
+    chat_render_instances: int = 2
+    """CPU instances of ``chat_render``."""
+    llm_instances: int = 1
+    """Instances of the downstream ``llm``."""
+    max_batch_size: int = 64
+    """Largest dynamic batch of the batching stage models."""
+    max_queue_delay_us: int = 200
+    """How long the dynamic batcher waits to fill a batch."""
+    mm_instance_kind: str = "auto"
+    """``KIND_GPU`` / ``KIND_CPU`` for ``mm_process``; auto picks GPU when one is visible."""
+    enable_prompt_embeds: bool = False
+    """vLLM's ``--enable-prompt-embeds``."""
+    max_model_len: int = 0
+    """Context length; 0 takes the model config's."""
+    log_prompts: bool = False
+    """Write request contents to the server log (off: prompts stay out of logs)."""
+    log_verbose: int = 0
+    """tritonserver ``--log-verbose``."""
+    startup_timeout_s: float = 180.0
+    """How long ``start`` waits for readiness."""
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        values = {}
+        for f in fields(cls):
+            raw = os.environ.get(f.name.upper())
+            if raw is None or raw == "":
+                continue
+            default = f.default
+            if isinstance(default, bool):
+                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, int):
+                values[f.name] = int(raw)
+            elif isinstance(default, float):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)
+
+    @property
+    def build(self) -> Path:
+        return Path(self.build_dir)
+
+    @property
+    def resolved_model_dir(self) -> Path:
+        if self.model_dir:
+            return Path(self.model_dir).resolve()
+        return self.build / "models" / "smollm2-135m-instruct"
+
+    @property
+    def repository(self) -> Path:
+        return self.build / "model_repository"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.build / "tritonserver.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.build / "tritonserver.log"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+
+def gpu_visible() -> bool:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return shutil.which("nvidia-smi") is not None and subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True
+    ).returncode == 0
+
+
+def template_vars(s: Settings) -> dict[str, str]:
+    kind = s.mm_instance_kind
+    if kind == "auto":
+        kind = "KIND_GPU" if gpu_visible() else "KIND_CPU"
+    return {
+        "model_dir": str(s.resolved_model_dir),
+        "tokenize_instances": str(s.tokenize_instances),
+        "chat_render_instances": str(s.chat_render_instances),
+        "llm_instances": str(s.llm_instances),
+        "max_batch_size": str(s.max_batch_size),
+        "max_queue_delay_us": str(s.max_queue_delay_us),
+        "mm_instance_kind": kind,
+        "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
+        "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
+        "max_model_len": str(s.max_model_len),
+        "log_prompts": "true" if s.log_prompts else "false",
+    }
+
+
+def render_repository(s: Settings) -> Path:
+    """Copy ``model_repository/`` into the build folder with every ``${var}`` filled."""
+    values = template_vars(s)
+    out = s.repository
+    if out.exists():
+        shutil.rmtree(out)
+    for model in sorted(p for p in TEMPLATES.iterdir() if (p / "config.pbtxt").exists()):
+        dst = out / model.name
+        shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        cfg = dst / "config.pbtxt"
+        # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
+        cfg.write_text(string.Template(cfg.read_text()).substitute(values))
+    return out
+
+
+def site_packages() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def triton_home() -> Path:
+    return site_packages() / "pytriton" / "tritonserver"
+
+
+def ensure_python_stub() -> None:
+    """The wheel ships one stub per Python; the backend wants the one for ours beside it."""
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    src = triton_home() / "python_backend_stubs" / ver / "triton_python_backend_stub"
+    dst = triton_home() / "backends" / "python" / "triton_python_backend_stub"
+    if not dst.exists():
+        shutil.copy2(src, dst)
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    # The stub runs the first python3 on PATH and uses its site-packages: make it ours.
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    libs = [str(site_packages() / "nvidia_pytriton.libs"), sysconfig.get_config_var("LIBDIR")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [env.get("LD_LIBRARY_PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # One BLAS thread per stub: several stub processes share few cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def server_command(s: Settings) -> list[str]:
+    home = triton_home()
+    cmd = [
+        str(home / "bin" / "tritonserver"),
+        f"--model-repository={s.repository}",
+        f"--backend-directory={home / 'backends'}",
+        f"--http-address={s.host}",
+        f"--http-port={s.http_port}",
+        f"--grpc-address={s.host}",
+        f"--grpc-port={s.grpc_port}",
+        f"--metrics-address={s.host}",
+        f"--metrics-port={s.metrics_port}",
+        "--exit-timeout-secs=10",
+        f"--log-verbose={s.log_verbose}",
+        "--backend-config=python,shm-default-byte-size=4194304",
+    ]
+    if not gpu_visible():
+        cmd += [
+            "--pinned-memory-pool-byte-size=0",
+            "--cuda-memory-pool-byte-size=0:0",
+            "--allow-gpu-metrics=false",
+        ]
+    return cmd
+
+
+def prepare(s: Settings) -> None:
+    if not s.model_dir:
+        from serving.default_model import build
+
+        build(s.resolved_model_dir)
+    elif not (s.resolved_model_dir / "config.json").exists():
+        raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
+    ensure_python_stub()
+    render_repository(s)
+
+
+def is_ready(s: Settings) -> bool:
+    try:
+        with urllib.request.urlopen(s.http_url + "/v2/health/ready", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return False
+
+
+def running_pid(s: Settings) -> int | None:
+    try:
+        pid = int(s.pid_file.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        return None
+
+
+def start(s: Settings) -> int:
+    if running_pid(s) is not None and is_ready(s):
+        print(f"tritonserver already running (pid {running_pid(s)}) at {s.http_url}")
+        return 0
+    prepare(s)
+    s.build.mkdir(parents=True, exist_ok=True)
+    log = open(s.log_file, "ab")
+    proc = subprocess.Popen(
+        server_command(s), env=server_env(), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    s.pid_file.write_text(str(proc.pid))
+    deadline = time.monotonic() + s.startup_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            print(f"tritonserver exited with {proc.returncode}; last log lines:", file=sys.stderr)
+            print("\n".join(s.log_file.read_text(errors="replace").splitlines()[-40:]), file=sys.stderr)
+            s.pid_file.unlink(missing_ok=True)
+            return 1
+        if is_ready(s):
+            print(f"tritonserver ready (pid {proc.pid}) at {s.http_url}, grpc {s.host}:{s.grpc_port}")
+            return 0
+        time.sleep(0.5)
+    print(f"tritonserver not ready after {s.startup_timeout_s}s; see {s.log_file}", file=sys.stderr)
+    stop(s)
+    return 1
+
+
+def stop(s: Settings, timeout_s: float = 30.0) -> int:
+    pid = running_pid(s)
+    if pid is None:
+        s.pid_file.unlink(missing_ok=True)
+        return 0
+    os.kill(pid, signal.SIGTERM)  # SIGTERM: the backend unlinks its shared-memory regions
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        _reap(pid)
+        time.sleep(0.2)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    s.pid_file.unlink(missing_ok=True)
+    return 0
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def serve(s: Settings) -> int:
+    prepare(s)
+    print("$ " + " ".join(server_command(s)), flush=True)
+    os.execve(server_command(s)[0], server_command(s), server_env())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["serve", "start", "stop", "render", "status"])
+    args = parser.parse_args(argv)
+    s = Settings.from_env()
+    if args.action == "serve":
+        return serve(s)
+    if args.action == "start":
+        return start(s)
+    if args.action == "stop":
+        return stop(s)
+    if args.action == "render":
+        prepare(s)
+        print(s.repository)
+        return 0
+    ready = is_ready(s)
+    print("ready" if ready else "not ready")
+    return 0 if ready else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

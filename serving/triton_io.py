@@ -1,0 +1,126 @@
+"""Tensor plumbing shared by the Triton ``model.py`` adapters.
+
+Runs inside the Python backend stub, where ``triton_python_backend_utils`` is importable. It
+knows tensors and responses, nothing about rendering: reading optional inputs of batch size 1,
+JSON bags, and turning a ``RenderError`` into a client error (HTTP 400 / gRPC INVALID_ARGUMENT)
+and anything else into an internal error that names the model, never a dead stub.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from renderer.errors import InvalidJSONError, RenderError, TensorError
+from renderer.prompts import decode_utf8
+
+log = logging.getLogger("renderer.triton")
+
+
+def model_params(args: dict) -> dict[str, str]:
+    """The ``parameters`` block of a model's config as a plain dict."""
+    cfg = json.loads(args["model_config"])
+    return {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
+
+
+def flag(params: dict[str, str], name: str, default: bool = False) -> bool:
+    raw = params.get(name)
+    return default if raw is None else raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def get(request: Any, name: str) -> np.ndarray | None:
+    """An input as a numpy array with the batch dimension checked and removed, or None."""
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    if t is None:
+        return None
+    arr = t.as_numpy()
+    if arr.ndim == 0 or arr.shape[0] != 1:
+        raise TensorError(
+            f"Input '{name}' must have batch size 1 (one prompt per request), got shape {list(arr.shape)}."
+        )
+    return arr[0]
+
+
+def get_bytes(request: Any, name: str) -> bytes | None:
+    arr = get(request, name)
+    if arr is None:
+        return None
+    if arr.size != 1:
+        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+    value = arr.reshape(-1)[0]
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def get_str(request: Any, name: str) -> str | None:
+    raw = get_bytes(request, name)
+    return None if raw is None else decode_utf8(raw, name)
+
+
+def get_json(request: Any, name: str) -> Any:
+    """A BYTES [1] input holding JSON; None when absent or empty."""
+    text = get_str(request, name)
+    if text is None or not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidJSONError(name, f"{e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise InvalidJSONError(name, "nested too deeply") from None
+
+
+def get_scalar(request: Any, name: str, kind: type = int) -> Any:
+    arr = get(request, name)
+    if arr is None:
+        return None
+    if arr.size != 1:
+        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+    return kind(arr.reshape(-1)[0])
+
+
+def get_ids(request: Any, name: str) -> list[int] | None:
+    arr = get(request, name)
+    if arr is None:
+        return None
+    if arr.ndim != 1:
+        raise TensorError(f"Input '{name}' must be a 1-D list of token ids per request, got shape {list(arr.shape)}.")
+    return arr.astype(np.int64).tolist()
+
+
+def tensor(name: str, value: Any, dtype: Any) -> Any:
+    """An output tensor with a leading batch dimension of 1."""
+    arr = np.asarray(value, dtype=dtype)
+    return pb_utils.Tensor(name, arr[np.newaxis, ...])
+
+
+def bytes_tensor(name: str, items: Sequence[str | bytes]) -> Any:
+    arr = np.array([s.encode() if isinstance(s, str) else s for s in items], dtype=np.object_)
+    return pb_utils.Tensor(name, arr[np.newaxis, ...])
+
+
+def error_response(exc: BaseException, model: str) -> Any:
+    return pb_utils.InferenceResponse(output_tensors=[], error=to_triton_error(exc, model))
+
+
+def to_triton_error(exc: BaseException, model: str) -> Any:
+    if isinstance(exc, RenderError):
+        return pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
+    # A bug, not a bad request: log the trace (server side only) and answer 500.
+    log.error("%s: internal error: %s", model, "".join(traceback.format_exception(exc)))
+    return pb_utils.TritonError(f"{model}: internal error: {type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL)
+
+
+def respond_each(requests: Sequence[Any], model: str, build: Callable[[Any], Any]) -> list[Any]:
+    """One response per request; an exception in one becomes that request's error only."""
+    out = []
+    for r in requests:
+        try:
+            out.append(build(r))
+        except Exception as e:  # noqa: BLE001 - every failure must become a response
+            out.append(error_response(e, model))
+    return out
