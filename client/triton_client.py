@@ -1,0 +1,269 @@
+"""Python client for the renderer ensembles, over Triton HTTP or gRPC (``tritonclient``).
+
+Render calls are plain infer requests. Generation goes over a gRPC bidirectional stream, or
+over HTTP through Triton's ``generate`` / ``generate_stream`` (server-sent events) endpoints,
+since the generation ensembles contain a decoupled model that plain HTTP infer refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+_DTYPES = {np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL", np.dtype(np.object_): "BYTES",
+           np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.uint64): "UINT64"}
+
+
+class RequestError(Exception):
+    """The server refused or failed a request."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        """"400" / "INVALID_ARGUMENT" for a bad request; other codes for server faults."""
+        self.message = message
+        """The server's message."""
+
+    @property
+    def is_client_error(self) -> bool:
+        return self.status in ("400", "StatusCode.INVALID_ARGUMENT", "INVALID_ARGUMENT")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a render ensemble returned."""
+
+    input_ids: list[int]
+    """Token ids for the LLM."""
+
+    token_offsets: list[tuple[int, int]]
+    """Per-token character spans (empty unless asked for)."""
+
+    rendered_prompt: str
+    """The prompt text (the rendered chat for render_chat)."""
+
+    outputs: dict[str, np.ndarray]
+    """Every output tensor, batch dimension removed (multimodal tensors live here)."""
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One response of a generation ensemble."""
+
+    text: str
+    """Text of this response (a piece when streaming, the whole answer otherwise)."""
+
+    output_ids: list[int]
+    """Ids of this response."""
+
+
+def _bytes_arr(value: str | bytes) -> np.ndarray:
+    return np.array([[value.encode() if isinstance(value, str) else value]], dtype=np.object_)
+
+
+def _json_arr(value: Any) -> np.ndarray:
+    return _bytes_arr(value if isinstance(value, (str, bytes)) else json.dumps(value))
+
+
+def completion_inputs(
+    prompt: str | bytes | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
+    prompt_embeds: bytes | None = None,
+    tokenize_params: Mapping[str, Any] | str | None = None,
+    cache_salt: str | None = None,
+) -> dict[str, np.ndarray]:
+    """Tensors of the contract's completion inputs (batch dimension of 1 included)."""
+    t: dict[str, np.ndarray] = {}
+    if prompt is not None:
+        t["prompt"] = _bytes_arr(prompt)
+    if prompt_token_ids is not None:
+        t["prompt_token_ids"] = np.asarray([list(prompt_token_ids)], dtype=np.int32)
+    if prompt_embeds is not None:
+        t["prompt_embeds"] = _bytes_arr(prompt_embeds)
+    if tokenize_params is not None:
+        t["tokenize_params"] = _json_arr(tokenize_params)
+    if cache_salt is not None:
+        t["cache_salt"] = _bytes_arr(cache_salt)
+    return t
+
+
+def chat_inputs(
+    messages: Sequence[Mapping[str, Any]] | str,
+    chat_params: Mapping[str, Any] | str | None = None,
+    tokenize_params: Mapping[str, Any] | str | None = None,
+    cache_salt: str | None = None,
+) -> dict[str, np.ndarray]:
+    t = {"messages": _json_arr(messages)}
+    if chat_params is not None:
+        t["chat_params"] = _json_arr(chat_params)
+    if tokenize_params is not None:
+        t["tokenize_params"] = _json_arr(tokenize_params)
+    if cache_salt is not None:
+        t["cache_salt"] = _bytes_arr(cache_salt)
+    return t
+
+
+def generation_inputs(max_tokens: int, stream: bool = False,
+                      sampling_params: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+    t = {"max_tokens": np.array([[max_tokens]], dtype=np.int32), "stream": np.array([[stream]], dtype=np.bool_)}
+    if sampling_params is not None:
+        t["sampling_params"] = _json_arr(sampling_params)
+    return t
+
+
+class RendererClient:
+    """Talks to the renderer ensembles; ``protocol`` is "http" or "grpc"."""
+
+    def __init__(self, url: str = "127.0.0.1:8000", protocol: str = "http", timeout_s: float = 120.0) -> None:
+        if protocol not in ("http", "grpc"):
+            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        self.url = url.removeprefix("http://")
+        self.protocol = protocol
+        self.timeout_s = timeout_s
+        if protocol == "http":
+            import tritonclient.http as mod
+            self._client = mod.InferenceServerClient(self.url, network_timeout=timeout_s, connection_timeout=timeout_s)
+        else:
+            import tritonclient.grpc as mod
+            self._client = mod.InferenceServerClient(self.url)
+        self._mod = mod
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "RendererClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def is_ready(self) -> bool:
+        try:
+            return bool(self._client.is_server_ready())
+        except Exception:  # noqa: BLE001 - unreachable counts as not ready
+            return False
+
+    # --- generic ---------------------------------------------------------------------------
+
+    def _inputs(self, tensors: Mapping[str, np.ndarray]) -> list[Any]:
+        out = []
+        for name, arr in tensors.items():
+            arr = np.asarray(arr)
+            i = self._mod.InferInput(name, list(arr.shape), _DTYPES.get(arr.dtype) or _dtype_name(arr))
+            i.set_data_from_numpy(arr)
+            out.append(i)
+        return out
+
+    def infer(self, model: str, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A plain infer call; returns every output with its batch dimension removed."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            res = self._client.infer(model, self._inputs(tensors))
+        except InferenceServerException as e:
+            raise RequestError(str(e.status()), e.message()) from None
+        names = [o["name"] for o in res.get_response()["outputs"]] if self.protocol == "http" else \
+            [o.name for o in res.get_response().outputs]
+        return {n: res.as_numpy(n)[0] for n in names}
+
+    # --- render ----------------------------------------------------------------------------
+
+    def render_completion(self, prompt: str | bytes | None = None, **kwargs: Any) -> Rendered:
+        return _rendered(self.infer("render_completion", completion_inputs(prompt, **kwargs)))
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]] | str, **kwargs: Any) -> Rendered:
+        return _rendered(self.infer("render_chat", chat_inputs(messages, **kwargs)))
+
+    # --- generate --------------------------------------------------------------------------
+
+    def stream(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
+        """Responses of a decoupled model, as they arrive."""
+        if self.protocol == "grpc":
+            yield from self._stream_grpc(model, tensors)
+        else:
+            yield from self._stream_http(model, tensors)
+
+    def generate(self, model: str = "completion", *, max_tokens: int, stream: bool = False,
+                 sampling_params: Mapping[str, Any] | None = None, **prompt: Any) -> Iterator[Generated]:
+        """Generate from ``completion`` (prompt kwargs) or ``chat`` (``messages=``...)."""
+        make = chat_inputs if model == "chat" else completion_inputs
+        tensors = {**make(**prompt), **generation_inputs(max_tokens, stream, sampling_params)}
+        yield from self.stream(model, tensors)
+
+    def _stream_grpc(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
+        q: queue.Queue = queue.Queue()
+        self._client.start_stream(callback=lambda result, error: q.put((result, error)))
+        try:
+            self._client.async_stream_infer(model, self._inputs(tensors), enable_empty_final_response=True)
+            while True:
+                result, error = q.get(timeout=self.timeout_s)
+                if error is not None:
+                    raise RequestError(str(error.status()), error.message())
+                final = result.get_response().parameters["triton_final_response"].bool_param
+                text = result.as_numpy("text_output")
+                if text is not None:
+                    yield Generated(text.reshape(-1)[0].decode(), result.as_numpy("output_ids").reshape(-1).tolist())
+                if final:
+                    return
+        finally:
+            self._client.stop_stream()
+
+    def _stream_http(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
+        body: dict[str, Any] = {}
+        for name, arr in tensors.items():
+            v = np.asarray(arr)[0]
+            if v.dtype == np.object_:
+                body[name] = v.reshape(-1)[0].decode()
+            elif v.size == 1 and name != "prompt_token_ids":
+                body[name] = v.reshape(-1)[0].item()
+            else:
+                body[name] = v.tolist()
+        req = urllib.request.Request(
+            f"http://{self.url}/v2/models/{model}/generate_stream", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )
+        try:
+            resp = urllib.request.urlopen(req, timeout=self.timeout_s)
+        except urllib.error.HTTPError as e:
+            raise RequestError(str(e.code), _error_text(e.read())) from None
+        with resp:
+            for line in resp:
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                event = json.loads(line[5:])
+                if "error" in event:
+                    # SSE errors arrive after the 200 header: no status code to report.
+                    raise RequestError("stream", event["error"])
+                ids = event.get("output_ids", [])
+                yield Generated(event.get("text_output", ""), ids if isinstance(ids, list) else [ids])
+
+
+def _rendered(out: dict[str, np.ndarray]) -> Rendered:
+    offsets = out.get("token_offsets", np.zeros((0, 2), np.int32)).reshape(-1, 2)
+    rp = out.get("rendered_prompt")
+    return Rendered(
+        input_ids=out["input_ids"].astype(np.int64).tolist(),
+        token_offsets=[(int(a), int(b)) for a, b in offsets],
+        rendered_prompt=rp.reshape(-1)[0].decode() if rp is not None else "",
+        outputs=out,
+    )
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    from tritonclient.utils import np_to_triton_dtype
+
+    return np_to_triton_dtype(arr.dtype)
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        return json.loads(raw)["error"]
+    except (ValueError, KeyError, TypeError):
+        return raw.decode(errors="replace")

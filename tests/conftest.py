@@ -1,0 +1,87 @@
+"""Shared fixtures: the default model, its reference tokenizer, and a real tritonserver.
+
+The live server is started once per session on its own ports (18000-18002 unless
+TEST_HTTP_PORT etc. say otherwise) and its own build folder, so it never disturbs a
+`make serve` running on the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+DEFAULT_MODEL = BUILD / "models" / "smollm2-135m-instruct"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "server" in item.fixturenames or "client" in item.fixturenames:
+            item.add_marker(pytest.mark.live)
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    from serving.default_model import build
+
+    return build(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="session")
+def server_settings(model_dir):
+    from serving.launch import Settings
+
+    return replace(
+        Settings(),
+        model_dir=str(model_dir),
+        build_dir=str(BUILD / "test-server"),
+        http_port=int(os.environ.get("TEST_HTTP_PORT", 18000)),
+        grpc_port=int(os.environ.get("TEST_GRPC_PORT", 18001)),
+        metrics_port=int(os.environ.get("TEST_METRICS_PORT", 18002)),
+        # A longer window than the default makes requests sent together share a batch, which
+        # the batch-isolation tests rely on.
+        max_queue_delay_us=5000,
+        tokenize_instances=1,
+    )
+
+
+@pytest.fixture(scope="session")
+def server(server_settings):
+    from serving import launch
+
+    launch.stop(server_settings)
+    if launch.start(server_settings) != 0:
+        pytest.fail(f"tritonserver did not start; see {server_settings.log_file}")
+    yield server_settings
+    launch.stop(server_settings)
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request, server):
+    from client import RendererClient
+
+    port = server.http_port if request.param == "http" else server.grpc_port
+    with RendererClient(f"{server.host}:{port}", request.param) as c:
+        yield c
+
+
+@pytest.fixture()
+def http_client(server):
+    from client import RendererClient
+
+    with RendererClient(f"{server.host}:{server.http_port}", "http") as c:
+        yield c
