@@ -263,6 +263,7 @@ def _dtype_name(arr: np.ndarray) -> str:
 
 
 def _error_text(raw: bytes) -> str:
+    raw = raw.strip().removeprefix(b"data:")  # generate_stream wraps its error as an SSE event
     try:
         return json.loads(raw)["error"]
     except (ValueError, KeyError, TypeError):

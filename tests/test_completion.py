@@ -1,0 +1,75 @@
+"""``completion`` generation end to end on the embedded SmolLM2, over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import pytest
+
+from client import RequestError
+
+PROMPT = "The capital of France is"
+
+
+def generate(client, stream, **kw):
+    kw.setdefault("max_tokens", 24)
+    return list(client.generate("completion", prompt=PROMPT, stream=stream, **kw))
+
+
+def test_streaming_equals_non_streaming_under_greedy(client, hf_tokenizer):
+    [whole] = generate(client, stream=False)
+    pieces = generate(client, stream=True)
+    assert len(pieces) == len(whole.output_ids) == 24
+    assert "".join(p.text for p in pieces) == whole.text
+    assert [i for p in pieces for i in p.output_ids] == whole.output_ids
+    assert whole.text == hf_tokenizer.decode(whole.output_ids, skip_special_tokens=True)
+    assert whole.text.strip(), "the model produced no text"
+
+
+def test_greedy_matches_transformers_generate(client, model_dir, hf_tokenizer):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ids = hf_tokenizer(PROMPT, return_tensors="pt").input_ids
+    ref = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:].tolist()
+    [whole] = generate(client, stream=False, max_tokens=12)
+    assert whole.output_ids == ref
+
+
+def test_stop_string_ends_generation_and_is_cut(client):
+    [whole] = generate(client, stream=False)
+    stop = whole.text.strip().split()[1]  # a word the model is known to produce
+    [cut] = generate(client, stream=False, sampling_params={"stop": [stop]})
+    assert stop not in cut.text and whole.text.startswith(cut.text)
+    pieces = generate(client, stream=True, sampling_params={"stop": [stop]})
+    assert "".join(p.text for p in pieces) == cut.text
+
+
+def test_seeded_sampling_is_reproducible(client):
+    sp = {"temperature": 1.0, "top_p": 0.9, "top_k": 50, "seed": 1234}
+    a = generate(client, stream=False, sampling_params=sp)[0]
+    b = generate(client, stream=False, sampling_params=sp)[0]
+    assert a.output_ids == b.output_ids
+    c = generate(client, stream=False, sampling_params={**sp, "seed": 99})[0]
+    d = generate(client, stream=False, sampling_params={**sp, "seed": 100})[0]
+    assert len({tuple(a.output_ids), tuple(c.output_ids), tuple(d.output_ids)}) > 1, "seeds do not change sampling"
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"max_tokens": 0}, "max_tokens must be at least 1"),
+    ({"sampling_params": {"temprature": 1}}, "Unknown field(s) in sampling_params: temprature"),
+    ({"sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+    ({"sampling_params": {"stop": 5}}, "sampling_params.stop must be"),
+    ({"max_tokens": 8190}, "This model's maximum context length is 8192 tokens. However, you requested 8190 output tokens"),
+])
+def test_bad_generation_requests(client, kw, message):
+    with pytest.raises(RequestError) as e:
+        generate(client, stream=False, **kw)
+    assert message in e.value.message
+    assert client.is_ready()
+
+
+def test_generation_from_token_ids(client, hf_tokenizer):
+    ids = hf_tokenizer(PROMPT).input_ids
+    a = list(client.generate("completion", prompt_token_ids=ids, max_tokens=8))[0]
+    b = generate(client, stream=False, max_tokens=8)[0]
+    assert a.output_ids == b.output_ids
