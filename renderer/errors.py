@@ -103,3 +103,66 @@ class DetokenizationError(RenderError):
 def _short(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- chat rendering (renderer/chat) -----------------------------------------------------------
+
+
+class ChatError(RenderError):
+    """A chat request (messages, chat params or chat template) the renderer refuses."""
+
+
+class InvalidMessagesError(ChatError):
+    """``messages`` is not a non-empty list of well-formed OpenAI chat messages."""
+
+
+class UnknownRoleError(InvalidMessagesError):
+    """A message has a role the chat API does not define."""
+
+
+class ContentPartError(InvalidMessagesError):
+    """A content part is missing its type, has an unsupported type or malformed fields."""
+
+
+class ToolCallError(InvalidMessagesError):
+    """An assistant message's ``tool_calls`` are malformed."""
+
+
+class MultiModalPlaceholderError(InvalidMessagesError):
+    """Text holds more media placeholders than the message has media items."""
+
+
+class GenerationPromptConflictError(InvalidParamsError):
+    """``continue_final_message`` and ``add_generation_prompt`` both True."""
+
+
+class UnexpectedChatTemplateKwargsError(InvalidParamsError):
+    """``chat_template_kwargs`` tries to set ``chat_template`` or ``tokenize`` (vLLM refuses them)."""
+
+
+class ChatTemplateError(ChatError):
+    """The chat template cannot be found, compiled or rendered."""
+
+
+class ChatTemplateResolutionError(ChatTemplateError):
+    """Neither the request, the processor nor the tokenizer supplies a chat template."""
+
+
+class ChatTemplateSyntaxError(ChatTemplateError):
+    """The chat template is not valid Jinja."""
+
+
+class ChatTemplateRenderError(ChatTemplateError):
+    """Rendering failed: the template raised (``raise_exception``) or hit a runtime error."""
+
+
+class ChatTemplateSecurityError(ChatTemplateRenderError):
+    """The sandbox refused an operation (attribute walking to Python internals, unsafe calls)."""
+
+
+class ChatTemplateLimitError(ChatTemplateError):
+    """Rendering hit a sandbox bound: range size, loop iterations, output size, time or recursion."""
+
+
+class ContinueFinalMessageError(ChatError):
+    """``continue_final_message`` cannot continue the final message (transformers' checks)."""

@@ -153,6 +153,8 @@ def render_repository(s: Settings) -> Path:
     for model in sorted(p for p in TEMPLATES.iterdir() if (p / "config.pbtxt").exists()):
         dst = out / model.name
         shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        # Ensembles have no files in their version folder, and git keeps no empty folders.
+        (dst / "1").mkdir(exist_ok=True)
         cfg = dst / "config.pbtxt"
         # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
         cfg.write_text(string.Template(cfg.read_text()).substitute(values))

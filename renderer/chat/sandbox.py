@@ -1,0 +1,482 @@
+"""The Jinja sandbox chat templates run in: transformers' environment, plus hard bounds.
+
+Chat templates can come from requests, so they are untrusted code. The environment matches the one
+``transformers`` compiles chat templates with (``ImmutableSandboxedEnvironment``, ``trim_blocks``,
+``lstrip_blocks``, the ``loopcontrols`` extension and the ``{% generation %}`` tag, the ``tojson``
+filter without HTML escaping, ``raise_exception``, ``strftime_now``, a guarded ``dict`` and
+``namespace``), so what renders here renders byte-for-byte as ``apply_chat_template`` would.
+
+On top of the sandbox (which already refuses attribute walks to ``__class__``/``__globals__`` and
+mutation of lists and dicts) every render runs under a ``TemplateLimits`` budget:
+
+* ``range()`` is capped at ``max_range`` items;
+* every ``for`` loop is rewritten (in the AST, before compilation) to count its iterations against
+  ``max_loop_iterations`` for the whole render, and to check the clock;
+* string and list building (``~``, ``+``, ``*``, ``%``, ``**`` and the amplifying filters and string
+  methods such as ``center``, ``replace``, ``join``) is checked *before* the result is allocated,
+  so ``'x' * 10**12`` fails fast instead of exhausting memory;
+* the rendered text is capped at ``max_output_chars`` and the render at ``max_seconds``.
+
+The bounds are best effort against denial of service: a single C-level operation on data already
+under the caps (sorting a million-item list, say) still runs to completion before the clock is
+read again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache, wraps
+from typing import Any, Callable, Iterator
+
+import jinja2
+import jinja2.ext
+import jinja2.filters
+import jinja2.nodes as nodes
+import jinja2.utils
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.visitor import NodeTransformer
+
+from ..errors import ChatTemplateLimitError, ChatTemplateSyntaxError
+
+
+@dataclass(frozen=True)
+class TemplateLimits:
+    """Bounds on one chat-template render."""
+
+    max_output_chars: int = 8_000_000
+    """Longest rendered prompt, and longest string or list the template may build, in items."""
+
+    max_range: int = 100_000
+    """Most items one ``range()`` (or ``batch``/``slice`` count) may produce; Jinja's own cap."""
+
+    max_loop_iterations: int = 1_000_000
+    """Total ``for``-loop iterations over the whole render."""
+
+    max_seconds: float = 2.0
+    """Wall-clock budget of one render."""
+
+    max_int_bits: int = 65_536
+    """Largest integer ``**`` may produce, in bits (``9**9**9`` would take minutes)."""
+
+
+class _Budget:
+    """What one render has spent so far; lives in a context variable for the render's duration."""
+
+    __slots__ = ("limits", "deadline", "iterations")
+
+    def __init__(self, limits: TemplateLimits) -> None:
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.max_seconds
+        self.iterations = 0
+
+    def tick(self) -> None:
+        self.iterations += 1
+        if self.iterations > self.limits.max_loop_iterations:
+            raise ChatTemplateLimitError(
+                f"Chat template ran more than {self.limits.max_loop_iterations} loop iterations."
+            )
+        if not self.iterations & 63:
+            self.check_time()
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise ChatTemplateLimitError(
+                f"Chat template rendering took longer than {self.limits.max_seconds:g} seconds."
+            )
+
+    def check_size(self, n: int, what: str) -> None:
+        if n > self.limits.max_output_chars:
+            raise ChatTemplateLimitError(
+                f"Chat template tried to build {what} of {n} items; "
+                f"the limit is {self.limits.max_output_chars}."
+            )
+
+
+# Outside a render (constant folding at compile time) the default limits apply, without a clock.
+_DEFAULT_LIMITS = TemplateLimits(max_seconds=math.inf)
+_BUDGET: ContextVar[_Budget | None] = ContextVar("chat_template_budget", default=None)
+
+
+def _budget() -> _Budget:
+    return _BUDGET.get() or _Budget(_DEFAULT_LIMITS)
+
+
+@contextmanager
+def render_budget(limits: TemplateLimits) -> Iterator[_Budget]:
+    """Run the enclosed render under ``limits``."""
+    token = _BUDGET.set(_Budget(limits))
+    try:
+        yield _BUDGET.get()  # type: ignore[misc]
+    finally:
+        _BUDGET.reset(token)
+
+
+def render_text(template: jinja2.Template, context: dict[str, Any], limits: TemplateLimits) -> str:
+    """Render ``template`` chunk by chunk, enforcing ``limits`` on time and output size."""
+    with render_budget(limits) as budget:
+        chunks: list[str] = []
+        total = 0
+        for chunk in template.generate(**context):
+            total += len(chunk)
+            if total > limits.max_output_chars:
+                raise ChatTemplateLimitError(
+                    f"Rendered chat template exceeds {limits.max_output_chars} characters."
+                )
+            budget.check_time()
+            chunks.append(chunk)
+        return "".join(chunks)
+
+
+# --- size checks shared by binops, filters and string methods ----------------------------------
+
+_FORMAT_NUMBER = re.compile(r"\d+")
+
+
+def _sized(value: Any) -> int | None:
+    return len(value) if isinstance(value, (str, list, tuple)) else None
+
+
+def _check_result(value: Any) -> Any:
+    n = _sized(value)
+    if n is not None:
+        _budget().check_size(n, f"a {type(value).__name__}")
+    return value
+
+
+def _check_width(width: Any) -> None:
+    if isinstance(width, int):
+        _budget().check_size(width, "a padded string")
+
+
+def _check_format_spec(fmt: Any) -> None:
+    # A width or precision in a format string ("%999999999d", "{:>999999999}") pads the result.
+    if isinstance(fmt, str):
+        limit = _budget().limits.max_output_chars
+        for digits in _FORMAT_NUMBER.findall(fmt):
+            if len(digits) > 18 or int(digits) > limit:
+                raise ChatTemplateLimitError(
+                    f"Chat template format string pads to {digits} characters; the limit is {limit}."
+                )
+
+
+def _check_repeat(seq: Any, times: Any) -> None:
+    n = _sized(seq)
+    if n is not None and isinstance(times, int) and not isinstance(times, bool):
+        _budget().check_size(n * max(times, 0), f"a repeated {type(seq).__name__}")
+
+
+def _check_replace(s: Any, old: Any, new: Any, count: Any = None) -> None:
+    if isinstance(s, str) and isinstance(old, str) and isinstance(new, str) and len(new) > len(old):
+        hits = (len(s) + 1) if old == "" else s.count(old)
+        if isinstance(count, int) and count >= 0:
+            hits = min(hits, count)
+        _budget().check_size(len(s) + hits * (len(new) - len(old)), "a replaced string")
+
+
+def _check_join(sep: Any, items: list[Any]) -> None:
+    sep_len = len(sep) if isinstance(sep, str) else 0
+    total = sep_len * max(len(items) - 1, 0)
+    total += sum(len(x) if isinstance(x, str) else 0 for x in items)
+    _budget().check_size(total, "a joined string")
+
+
+# --- globals and filters, as transformers defines them ---------------------------------------
+
+
+def _raise_exception(message: Any) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    # transformers' filter: plain json.dumps (Jinja's own escapes HTML characters).
+    if isinstance(indent, int) and not isinstance(indent, bool):
+        _budget().check_size(indent * 1000, "a JSON indent")
+    elif isinstance(indent, str):
+        _budget().check_size(len(indent) * 1000, "a JSON indent")
+    return _check_result(
+        json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    )
+
+
+class _TemplateDict:
+    """``dict`` for templates without the class itself (no ``dict.__subclasses__`` hacks)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """``namespace`` that refuses underscore-prefixed attributes (transformers' rule)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - Jinja's signature trick
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace, but got "
+                f"{name!r}. Please rename the attribute."
+            )
+
+
+def _guarded_range(*args: Any) -> range:
+    r = range(*args)
+    limit = _budget().limits.max_range
+    if len(r) > limit:
+        raise ChatTemplateLimitError(
+            f"Chat template called range() with {len(r)} items; the limit is {limit}."
+        )
+    return r
+
+
+def _guarded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    _budget().check_size(n * max, "a lorem ipsum text")
+    return jinja2.utils.generate_lorem_ipsum(n, html, min, max)
+
+
+def _center(value: Any, width: int = 80) -> str:
+    _check_width(width)
+    return jinja2.filters.do_center(value, width)
+
+
+def _indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
+    per_line = width if isinstance(width, int) else len(width) if isinstance(width, str) else 0
+    lines = str(s).count("\n") + 1
+    _budget().check_size(len(str(s)) + per_line * lines, "an indented string")
+    return jinja2.filters.do_indent(s, width, first, blank)
+
+
+@jinja2.pass_eval_context
+def _replace(eval_ctx: Any, s: Any, old: Any, new: Any, count: Any = None) -> str:
+    _check_replace(str(s), str(old), str(new), count)
+    return jinja2.filters.do_replace(eval_ctx, s, old, new, count)
+
+
+@jinja2.pass_eval_context
+def _join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> str:
+    items = list(value)
+    if attribute is None:
+        _check_join(d, items)
+    return jinja2.filters.do_join(eval_ctx, items, d, attribute)
+
+
+def _format(value: Any, *args: Any, **kwargs: Any) -> str:
+    _check_format_spec(value)
+    return jinja2.filters.do_format(value, *args, **kwargs)
+
+
+def _batch(value: Any, linecount: int, fill_with: Any = None) -> Any:
+    _check_count(linecount, "batch")
+    return jinja2.filters.do_batch(value, linecount, fill_with)
+
+
+def _slice(value: Any, slices: int, fill_with: Any = None) -> Any:
+    _check_count(slices, "slice")
+    return jinja2.filters.do_slice(value, slices, fill_with)
+
+
+def _check_count(n: Any, name: str) -> None:
+    limit = _budget().limits.max_range
+    if isinstance(n, int) and n > limit:
+        raise ChatTemplateLimitError(f"Chat template called {name} with {n}; the limit is {limit}.")
+
+
+def _post_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(fn)  # keeps jinja_pass_arg, so pass_eval_context/pass_environment still apply
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return _check_result(fn(*args, **kwargs))
+
+    return wrapper
+
+
+_GUARDED_FILTERS: dict[str, Callable[..., Any]] = {
+    "center": _center, "indent": _indent, "replace": _replace, "join": _join, "format": _format,
+    "batch": _batch, "slice": _slice,
+}
+
+# str methods that can grow a string far past their inputs, with the check to run first.
+_STR_METHOD_CHECKS: dict[str, Callable[..., None]] = {
+    "center": lambda s, width=0, *a: _check_width(width),
+    "ljust": lambda s, width=0, *a: _check_width(width),
+    "rjust": lambda s, width=0, *a: _check_width(width),
+    "zfill": lambda s, width=0, *a: _check_width(width),
+    "expandtabs": lambda s, tabsize=8: _budget().check_size(
+        len(s) + s.count("\t") * (tabsize if isinstance(tabsize, int) else 0), "an expanded string"),
+    "replace": lambda s, old="", new="", count=-1: _check_replace(s, old, new, count),
+    "join": lambda s, items=(): _check_join(s, list(items) if isinstance(items, (list, tuple)) else []),
+    "format": lambda s, *a, **k: _check_format_spec(s),
+    "format_map": lambda s, *a, **k: _check_format_spec(s),
+    "translate": lambda s, table=None: _budget().check_size(
+        len(s) * max([len(v) for v in table.values() if isinstance(v, str)] or [1])
+        if isinstance(table, dict) else len(s), "a translated string"),
+}
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``: renders its body (transformers uses it to mark
+    assistant tokens; the text is unchanged)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+class _GuardedLoop:
+    """An iterable that counts each item against the render's loop budget; sized like its source
+    so ``loop.length``/``loop.last`` behave exactly as without the guard."""
+
+    __slots__ = ("_source",)
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+
+    def __iter__(self) -> Iterator[Any]:
+        budget = _budget()
+        for item in self._source:
+            budget.tick()
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+
+class _InsertGuards(NodeTransformer):
+    """Rewrites ``for x in it`` to ``for x in environment.guard_loop(it)`` and ``a ~ b`` to
+    ``environment.guard_concat(a, b)``."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        node.iter = _env_call("guard_loop", [node.iter], node.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        return _env_call("guard_concat", list(node.nodes), node.lineno)
+
+
+def _env_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
+    return nodes.Call(nodes.EnvironmentAttribute(name), args, [], None, None).set_lineno(lineno)
+
+
+class ChatSandbox(ImmutableSandboxedEnvironment):
+    """transformers' chat-template environment with bounded loops, sizes and time."""
+
+    intercepted_binops = frozenset({"+", "*", "%", "**"})
+
+    def __init__(self) -> None:
+        super().__init__(
+            trim_blocks=True, lstrip_blocks=True,
+            extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+        )
+        self.filters["tojson"] = _tojson
+        for name, fn in _GUARDED_FILTERS.items():
+            self.filters[name] = fn
+        for name in list(self.filters):
+            self.filters[name] = _post_checked(self.filters[name])
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.globals["dict"] = _TemplateDict()
+        self.globals["namespace"] = _TemplateNamespace
+        self.globals["range"] = _guarded_range
+        self.globals["lipsum"] = _guarded_lipsum
+
+    # Reached only through the AST rewrite above; templates cannot name ``environment``.
+    def guard_loop(self, iterable: Any) -> _GuardedLoop:
+        return _GuardedLoop(iterable)
+
+    def guard_concat(self, *values: Any) -> str:
+        parts = [str(v) for v in values]
+        budget = _budget()
+        budget.check_size(sum(map(len, parts)), "a concatenated string")
+        budget.check_time()
+        return "".join(parts)
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _check_repeat(left, right)
+            _check_repeat(right, left)
+        elif operator == "+":
+            if _sized(left) is not None and _sized(right) is not None:
+                _budget().check_size(len(left) + len(right), f"a {type(left).__name__}")
+        elif operator == "%":
+            _check_format_spec(left)
+        elif operator == "**":
+            _check_power(left, right)
+        _budget().check_time()
+        return _check_result(super().call_binop(context, operator, left, right))
+
+    def call(self, context: jinja2.runtime.Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        owner = getattr(obj, "__self__", None)
+        if isinstance(owner, str):
+            check = _STR_METHOD_CHECKS.get(getattr(obj, "__name__", ""))
+            if check is not None:
+                try:
+                    check(owner, *args, **kwargs)
+                except TypeError:
+                    pass  # wrong arguments: let the real call raise its own error
+        return _check_result(super().call(context, obj, *args, **kwargs))
+
+
+def _check_power(base: Any, exp: Any) -> None:
+    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and abs(base) > 1:
+        bits = exp * math.log2(abs(base))
+        limit = _budget().limits.max_int_bits
+        if bits > limit:
+            raise ChatTemplateLimitError(
+                f"Chat template computed a number of about {bits:.0f} bits; the limit is {limit}."
+            )
+
+
+ENV = ChatSandbox()
+"""The one environment every chat template compiles in (stateless between renders)."""
+
+
+@lru_cache(maxsize=64)
+def compile_template(source: str) -> jinja2.Template:
+    """Compile a chat template (cached by its text), with loop and concatenation guards."""
+    try:
+        ast = ENV.parse(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})") from None
+    ast = _InsertGuards().visit(ast)
+    ast.set_environment(ENV)
+    return ENV.from_string(ast)
+
+
+@lru_cache(maxsize=64)
+def parse_template(source: str) -> nodes.Template:
+    """The template's untransformed Jinja AST (for variable and content-format analysis)."""
+    try:
+        return ENV.parse(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})") from None
