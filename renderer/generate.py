@@ -50,13 +50,14 @@ class Generator:
         end_ids: Sequence[int] = (),
         sampling: SamplingParams = SamplingParams(),
         inputs_embeds: "object | None" = None,
+        prompt_len: int | None = None,
     ) -> Iterator[Step]:
         torch = self._torch
         gen = None
         if sampling.temperature > 0:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
-        budget = min(max_tokens, self.max_len - len(input_ids))
+        budget = min(max_tokens, self.max_len - (len(input_ids) if prompt_len is None else prompt_len))
         if budget <= 0:
             yield Step([], "length")
             return

@@ -146,10 +146,14 @@ class TokenizeParams:
 
     # --- token steps (after tokenizing) ---------------------------------------------------
 
-    def pad(self, ids: list[int], pad_id: int | None) -> list[int]:
+    @property
+    def pad_length(self) -> int | None:
+        """Length to pad to (-1 resolved), or None."""
         n = self.pad_prompt_tokens
-        if n is not None and n < 0:
-            n = self.max_input_tokens
+        return self.max_input_tokens if n is not None and n < 0 else n
+
+    def pad(self, ids: list[int], pad_id: int | None) -> list[int]:
+        n = self.pad_length
         if n is None or n <= len(ids):
             return ids
         if pad_id is None:

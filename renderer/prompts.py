@@ -6,9 +6,9 @@ Mirrors vLLM's ``TextPrompt`` / ``TokensPrompt`` and its engine input, as frozen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
-from .errors import CacheSaltError, InvalidUTF8Error, PromptFormError
+from .errors import CacheSaltError, InvalidUTF8Error, PromptFormError, PromptTypeError
 
 MAX_CACHE_SALT_CHARS = 1024
 
@@ -38,7 +38,30 @@ class TokensPrompt:
     """Isolates prefix-cache entries between tenants."""
 
 
-Prompt = Union[TextPrompt, TokensPrompt]
+@dataclass(frozen=True)
+class EmbedsBytesPrompt:
+    """Prompt embeddings as sent: bytes, loaded (safely) in step 1."""
+
+    raw: bytes
+    """``torch.save`` or safetensors bytes, raw or base64."""
+
+    cache_salt: str | None = None
+    """Isolates prefix-cache entries between tenants."""
+
+
+@dataclass(frozen=True)
+class EmbedsPrompt:
+    """Prompt embeddings after step 1: a (seq_len, hidden_size) tensor in the model dtype."""
+
+    prompt_embeds: Any
+    """The ``torch.Tensor``; each row counts as one token."""
+
+    cache_salt: str | None = None
+    """Isolates prefix-cache entries between tenants."""
+
+
+Prompt = Union[TextPrompt, TokensPrompt, EmbedsPrompt]
+RawPrompt = Union[TextPrompt, TokensPrompt, EmbedsBytesPrompt]
 
 
 @dataclass(frozen=True)
@@ -57,8 +80,15 @@ class TokenizedPrompt:
     cache_salt: str | None = None
     """Carried through from the request."""
 
+    prompt_embeds: Any = None
+    """(seq_len, hidden_size) tensor for embeds prompts; ``prompt_token_ids`` is then empty."""
+
     extras: dict = field(default_factory=dict)
     """Prompt extras merged in step 3 (``mm_processor_kwargs`` and the like)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_embeds) if self.prompt_embeds is not None else len(self.prompt_token_ids)
 
 
 @dataclass(frozen=True)
@@ -76,6 +106,9 @@ class EngineInput:
 
     cache_salt: str | None
     """Prefix-cache salt."""
+
+    prompt_embeds: Any
+    """(seq_len, hidden_size) tensor for embeds prompts, else None."""
 
     arrival_time: float
     """When the request reached the renderer (``time.time()``)."""
@@ -106,7 +139,7 @@ def completion_prompt(
     token_ids: Sequence[int] | None = None,
     embeds: bytes | None = None,
     cache_salt: bytes | str | None = None,
-) -> Prompt:
+) -> RawPrompt:
     """Step 1 for one completion request: exactly one prompt form, decoded and checked."""
     given = [n for n, v in (("prompt", text), ("prompt_token_ids", token_ids), ("prompt_embeds", embeds)) if v is not None]
     if not given:
@@ -119,9 +152,11 @@ def completion_prompt(
         cache_salt = decode_utf8(cache_salt, "cache_salt")
     salt = validate_cache_salt(cache_salt)
     if embeds is not None:
-        raise PromptFormError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.")
+        return EmbedsBytesPrompt(raw=embeds, cache_salt=salt)
     if text is not None:
         if isinstance(text, bytes):
             text = decode_utf8(text, "prompt")
+        if not isinstance(text, str):
+            raise PromptTypeError()
         return TextPrompt(prompt=text, cache_salt=salt)
     return TokensPrompt(prompt_token_ids=[int(i) for i in token_ids], cache_salt=salt)

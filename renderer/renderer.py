@@ -15,13 +15,16 @@ import asyncio
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar, Union
 
-from .errors import EmptyPromptError, NoPromptError, PromptTypeError, RenderError, TokenIdError
+from .errors import EmbedsError, EmptyPromptError, NoPromptError, PromptTypeError, RenderError, TokenIdError
 from .model_info import ModelInfo
 from .params import TokenizeParams
-from .prompts import EngineInput, Prompt, TextPrompt, TokenizedPrompt, TokensPrompt
+from .prompts import (
+    EmbedsBytesPrompt, EmbedsPrompt, EngineInput, Prompt, RawPrompt, TextPrompt, TokenizedPrompt, TokensPrompt,
+)
 from .tokenizer import EncodeOptions, Tokenizer
 
 T = TypeVar("T")
@@ -77,16 +80,34 @@ class Renderer:
 
     # --- step 1 ----------------------------------------------------------------------------
 
-    def render_prompts(self, prompts: Sequence[Prompt]) -> list[Prompt]:
+    def render_prompt(self, prompt: RawPrompt) -> Prompt:
+        """Load embeds bytes (safely); other forms pass as they are."""
+        if isinstance(prompt, EmbedsBytesPrompt):
+            if not self.config.enable_prompt_embeds:
+                raise EmbedsError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.")
+            from .embeds import safe_load_prompt_embeds
+
+            tensor = safe_load_prompt_embeds(prompt.raw, hidden_size=self.info.hidden_size, dtype=self._embeds_dtype)
+            return EmbedsPrompt(prompt_embeds=tensor, cache_salt=prompt.cache_salt)
+        if isinstance(prompt, TextPrompt) and not isinstance(prompt.prompt, str):
+            raise PromptTypeError()
+        return prompt
+
+    @cached_property
+    def _embeds_dtype(self) -> Any:
+        from .embeds import model_dtype
+
+        return model_dtype(self.config.model_dir)
+
+    def render_prompts(self, prompts: Sequence[RawPrompt]) -> list[Prompt]:
         if len(prompts) == 0:
             raise NoPromptError()
-        for p in prompts:
-            if isinstance(p, TextPrompt) and not isinstance(p.prompt, str):
-                raise PromptTypeError()
-        return list(prompts)
+        return [self.render_prompt(p) for p in prompts]
 
-    async def render_prompts_async(self, prompts: Sequence[Prompt]) -> list[Prompt]:
-        return self.render_prompts(prompts)
+    async def render_prompts_async(self, prompts: Sequence[RawPrompt]) -> list[Prompt]:
+        if len(prompts) == 0:
+            raise NoPromptError()
+        return list(await asyncio.gather(*(asyncio.to_thread(self.render_prompt, p) for p in prompts)))
 
     # --- step 2 ----------------------------------------------------------------------------
 
@@ -105,6 +126,9 @@ class Renderer:
             try:
                 if isinstance(prompt, TokensPrompt):
                     results[i] = self._finish_tokens(prompt, p)
+                    continue
+                if isinstance(prompt, EmbedsPrompt):
+                    results[i] = self._finish_embeds(prompt, p)
                     continue
                 if not isinstance(prompt.prompt, str):
                     raise PromptTypeError()
@@ -146,6 +170,18 @@ class Renderer:
         if p.needs_detokenization and text is None:
             text = self.tokenizer.decode(ids)
         return TokenizedPrompt(prompt_token_ids=ids, prompt=text, cache_salt=prompt.cache_salt)
+
+    def _finish_embeds(self, prompt: EmbedsPrompt, p: TokenizeParams) -> TokenizedPrompt:
+        if p.needs_detokenization:
+            raise EmbedsError("Cannot run detokenization on embeddings")
+        rows = prompt.prompt_embeds
+        if p.pad_length is not None and p.pad_length > len(rows):
+            raise EmbedsError("Cannot pad tokens for embedding inputs")
+        rows = p.truncate(rows, self.tokenizer.truncation_side)  # rows count as tokens
+        p.check_length(len(rows))
+        if len(rows) == 0:
+            raise EmptyPromptError()
+        return TokenizedPrompt(prompt_token_ids=[], prompt_embeds=rows, cache_salt=prompt.cache_salt)
 
     def _post_tokenization(self, ids: list[int], offsets: list | None, p: TokenizeParams,
                            *, at_least: bool) -> tuple[list[int], list | None]:
@@ -199,6 +235,7 @@ class Renderer:
             prompt=prompt.prompt,
             token_offsets=prompt.token_offsets,
             cache_salt=prompt.cache_salt,
+            prompt_embeds=prompt.prompt_embeds,
             arrival_time=time.time() if arrival_time is None else arrival_time,
         )
 

@@ -69,6 +69,8 @@ class Settings:
     """Write request contents to the server log (off: prompts stay out of logs)."""
     log_verbose: int = 0
     """tritonserver ``--log-verbose``."""
+    models: str = ""
+    """Comma-separated models to load (ensembles bring their steps); empty loads them all."""
     startup_timeout_s: float = 180.0
     """How long ``start`` waits for readiness."""
 
@@ -166,7 +168,13 @@ def site_packages() -> Path:
 
 
 def triton_home() -> Path:
-    return site_packages() / "pytriton" / "tritonserver"
+    """The server install: ``bin/tritonserver`` and ``backends/``.
+
+    ``TRITON_HOME`` names one (the official image sets ``/opt/tritonserver``); unset, the
+    server shipped in the ``nvidia-pytriton`` wheel of this venv.
+    """
+    home = os.environ.get("TRITON_HOME")
+    return Path(home) if home else site_packages() / "pytriton" / "tritonserver"
 
 
 def ensure_python_stub() -> None:
@@ -210,6 +218,10 @@ def server_command(s: Settings) -> list[str]:
         f"--log-verbose={s.log_verbose}",
         "--backend-config=python,shm-default-byte-size=4194304",
     ]
+    if s.models:
+        # Explicit mode loads only these; loading an ensemble loads the models it composes.
+        cmd.append("--model-control-mode=explicit")
+        cmd += [f"--load-model={m.strip()}" for m in s.models.split(",") if m.strip()]
     if not gpu_visible():
         cmd += [
             "--pinned-memory-pool-byte-size=0",

@@ -56,6 +56,7 @@ def server_settings(model_dir):
         # the batch-isolation tests rely on.
         max_queue_delay_us=5000,
         tokenize_instances=1,
+        enable_prompt_embeds=True,  # tests/test_prompt_embeds.py runs a second server with it off
     )
 
 

@@ -148,7 +148,6 @@ BAD_REQUESTS = [
     ("two strings in prompt", {"prompt": np.array([[b"a", b"b"]], dtype=object)}, None),
     ("batch of two", {"prompt": np.array([[b"a"], [b"b"]], dtype=object)}, "must have batch size 1"),
     ("wrong dtype", {"prompt_token_ids": np.array([[1, 2]], np.int64)}, "prompt_token_ids"),
-    ("embeds while disabled", completion_inputs(prompt_embeds=b"abc"), "You must set `--enable-prompt-embeds` to input `prompt_embeds`."),
 ]
 
 

@@ -202,7 +202,8 @@ def _parse_content(
                 raise ContentPartError(
                     f"{where}.{TEXT_PART_KEYS[ptype]} must be a string, got {type(payload).__name__} {_short(payload)}."
                 )
-            texts.append(payload)
+            if payload:  # vLLM drops empty strings before joining (but keeps empty parts as parts)
+                texts.append(payload)
             wrapped.append({"type": "text", "text": payload, **_extras(part)})
             continue
         modality = "image"

@@ -94,7 +94,7 @@ class _Budget:
     def check_size(self, n: int, what: str) -> None:
         if n > self.limits.max_output_chars:
             raise ChatTemplateLimitError(
-                f"Chat template tried to build {what} of {n} items; "
+                f"Chat template tried to build {what} of length {n}; "
                 f"the limit is {self.limits.max_output_chars}."
             )
 
@@ -436,7 +436,8 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         return _check_result(super().call_binop(context, operator, left, right))
 
     def call(self, context: jinja2.runtime.Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        owner = getattr(obj, "__self__", None)
+        # str.format arrives wrapped by the sandbox; the bound method is its __wrapped__.
+        owner = getattr(getattr(obj, "__wrapped__", obj), "__self__", None)
         if isinstance(owner, str):
             check = _STR_METHOD_CHECKS.get(getattr(obj, "__name__", ""))
             if check is not None:
@@ -465,18 +466,22 @@ ENV = ChatSandbox()
 def compile_template(source: str) -> jinja2.Template:
     """Compile a chat template (cached by its text), with loop and concatenation guards."""
     try:
-        ast = ENV.parse(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})") from None
-    ast = _InsertGuards().visit(ast)
-    ast.set_environment(ENV)
-    return ENV.from_string(ast)
+        # A tree of its own: the rewrite works in place, and parse_template's copies are shared.
+        ast = _InsertGuards().visit(ENV.parse(source))
+        ast.set_environment(ENV)
+        return ENV.from_string(ast)
+    except jinja2.TemplateSyntaxError as e:  # also TemplateAssertionError: unknown filter or test
+        raise _syntax_error(e) from None
 
 
 @lru_cache(maxsize=64)
 def parse_template(source: str) -> nodes.Template:
-    """The template's untransformed Jinja AST (for variable and content-format analysis)."""
+    """The template's untransformed Jinja AST (for variable and content-format analysis; read only)."""
     try:
         return ENV.parse(source)
     except jinja2.TemplateSyntaxError as e:
-        raise ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})") from None
+        raise _syntax_error(e) from None
+
+
+def _syntax_error(e: jinja2.TemplateSyntaxError) -> ChatTemplateSyntaxError:
+    return ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})")

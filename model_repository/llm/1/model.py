@@ -7,6 +7,7 @@ generated so far, so ``detokenize`` needs no state) and ``finished``.
 from __future__ import annotations
 
 import numpy as np
+import torch
 import triton_python_backend_utils as pb_utils
 
 from renderer.errors import TensorError
@@ -35,9 +36,12 @@ class TritonPythonModel:
 
     def _generate(self, request, sender) -> None:
         ids = io.get_ids(request, "input_ids")
+        embeds = io.get(request, "input_embeds")
+        embeds = None if embeds is None or embeds.size == 0 else torch.from_numpy(np.array(embeds, np.float32))
+        n_given = len(embeds) if embeds is not None else len(ids)
         n = io.get_scalar(request, "input_lengths")
-        if n is not None and n != len(ids):
-            raise TensorError(f"input_lengths={n} does not match the {len(ids)} input_ids given.")
+        if n is not None and n != n_given:
+            raise TensorError(f"input_lengths={n} does not match the {n_given} input tokens given.")
         max_tokens = io.get_scalar(request, "request_output_len")
         streaming = bool(io.get_scalar(request, "streaming", bool) or False)
         end_id = io.get_scalar(request, "end_id")
@@ -54,7 +58,9 @@ class TritonPythonModel:
         )
         generated: list[int] = []
         pending: list[int] = []
-        for step in self.generator.generate(ids, max_tokens, end_ids=sorted(end_ids), sampling=sampling):
+        steps = self.generator.generate(ids, max_tokens, end_ids=sorted(end_ids), sampling=sampling,
+                                        inputs_embeds=embeds, prompt_len=n_given)
+        for step in steps:
             # Ask before sending: once the final response is out the request must not be touched.
             if request.is_cancelled():
                 sender.send(flags=FINAL)

@@ -20,12 +20,12 @@ class TritonPythonModel:
         ))
 
     def _parse(self, request):
-        prompt = completion_prompt(
+        prompt = self.renderer.render_prompt(completion_prompt(
             text=io.get_bytes(request, "prompt"),
             token_ids=io.get_ids(request, "prompt_token_ids"),
             embeds=io.get_bytes(request, "prompt_embeds"),
             cache_salt=io.get_bytes(request, "cache_salt"),
-        )
+        ))
         params = self.renderer.request_params(
             io.get_json(request, "tokenize_params"),
             chat=bool(io.get_scalar(request, "chat_template_applied", bool)),
@@ -50,9 +50,15 @@ class TritonPythonModel:
             return io.error_response(res, "tokenize")
         ids = np.asarray(res.prompt_token_ids, dtype=np.int32)
         offsets = np.asarray(res.token_offsets or [], dtype=np.int32).reshape(-1, 2)
+        # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
+        # model dtype, so the llm sees exactly what vLLM would.
+        embeds = (res.prompt_embeds.float().numpy() if res.prompt_embeds is not None
+                  else np.zeros((0, 0), np.float32))
+        n_tokens = len(embeds) if res.prompt_embeds is not None else len(ids)
         return pb_utils.InferenceResponse(output_tensors=[
             io.tensor("input_ids", ids, np.int32),
-            io.tensor("input_lengths", [len(ids)], np.int32),
+            io.tensor("input_lengths", [n_tokens], np.int32),
             io.tensor("token_offsets", offsets, np.int32),
             io.bytes_tensor("rendered_prompt", [res.prompt or ""]),
+            io.tensor("input_embeds", embeds, np.float32),
         ])
