@@ -29,16 +29,16 @@ model: $(STAMP) $(DEFAULT_MODEL)/config.json
 # Foreground server on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics).
 # MODEL_DIR=/path/to/hf-model serves your own model; see README for every setting.
 serve: model
-	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch serve
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch serve
 
 start: model
-	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch start
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch start
 
 stop:
-	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch stop
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch stop
 
 status:
-	BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch status
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch status
 
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone).
@@ -49,5 +49,5 @@ unit: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not live" $(PYTEST_ARGS)
 
 clean:
-	-BUILD_DIR=$(abspath $(BUILD_DIR)) $(BIN)/python -m serving.launch stop 2>/dev/null
+	-BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch stop 2>/dev/null
 	rm -rf $(BUILD_DIR) $(VENV)

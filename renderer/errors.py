@@ -76,8 +76,8 @@ class InvalidUTF8Error(PromptError):
 
 
 class EmptyPromptError(PromptError):
-    def __init__(self) -> None:
-        super().__init__("The decoder prompt cannot be empty")
+    def __init__(self, prompt_type: str = "decoder") -> None:
+        super().__init__(f"The {prompt_type} prompt cannot be empty")
 
 
 class TokenIdError(PromptError):

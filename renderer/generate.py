@@ -32,12 +32,14 @@ class Generator:
 
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", tokenizer: Tokenizer | None = None) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
         self._torch = torch
         self.device = device
         dtype = torch.float32 if device == "cpu" else torch.bfloat16  # bf16 matmuls are slow on CPU
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+        self.is_encoder_decoder = bool(getattr(AutoConfig.from_pretrained(str(model_dir)), "is_encoder_decoder", False))
+        auto = AutoModelForSeq2SeqLM if self.is_encoder_decoder else AutoModelForCausalLM
+        self.model = auto.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
         self.tokenizer = tokenizer or Tokenizer.from_pretrained(model_dir)
         cfg = self.model.config
         self.max_len = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
@@ -51,13 +53,19 @@ class Generator:
         sampling: SamplingParams = SamplingParams(),
         inputs_embeds: "object | None" = None,
         prompt_len: int | None = None,
+        decoder_input_ids: Sequence[int] | None = None,
     ) -> Iterator[Step]:
+        """Yield one ``Step`` per token. For encoder-decoder models ``input_ids`` feed the
+        encoder and ``decoder_input_ids`` (starting with the decoder start token) the decoder."""
         torch = self._torch
         gen = None
         if sampling.temperature > 0:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
-        budget = min(max_tokens, self.max_len - (len(input_ids) if prompt_len is None else prompt_len))
+        if self.is_encoder_decoder:
+            budget = min(max_tokens, self.max_len - len(decoder_input_ids or ()))
+        else:
+            budget = min(max_tokens, self.max_len - (len(input_ids) if prompt_len is None else prompt_len))
         if budget <= 0:
             yield Step([], "length")
             return
@@ -65,7 +73,10 @@ class Generator:
         scanned = 0
         with torch.inference_mode():
             past = None  # the KV cache, grown one token per step
-            if inputs_embeds is not None:
+            if self.is_encoder_decoder:
+                step_in = {"input_ids": torch.tensor([list(input_ids)], device=self.device),
+                           "decoder_input_ids": torch.tensor([list(decoder_input_ids)], device=self.device)}
+            elif inputs_embeds is not None:
                 step_in = {"inputs_embeds": inputs_embeds.to(self.device, self.model.dtype).unsqueeze(0)}
             else:
                 step_in = {"input_ids": torch.tensor([list(input_ids)], device=self.device)}
@@ -89,7 +100,12 @@ class Generator:
                     yield Step([token], "length")
                     return
                 yield Step([token], None)
-                step_in = {"input_ids": torch.tensor([[token]], device=self.device)}
+                next_ids = torch.tensor([[token]], device=self.device)
+                if self.is_encoder_decoder:
+                    # The encoder ran once; later steps only extend the decoder.
+                    step_in = {"encoder_outputs": (out.encoder_last_hidden_state,), "decoder_input_ids": next_ids}
+                else:
+                    step_in = {"input_ids": next_ids}
 
     def _pick(self, logits: "object", s: SamplingParams, gen: "object | None") -> int:
         torch = self._torch

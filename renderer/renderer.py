@@ -179,8 +179,6 @@ class Renderer:
             raise EmbedsError("Cannot pad tokens for embedding inputs")
         rows = p.truncate(rows, self.tokenizer.truncation_side)  # rows count as tokens
         p.check_length(len(rows))
-        if len(rows) == 0:
-            raise EmptyPromptError()
         return TokenizedPrompt(prompt_token_ids=[], prompt_embeds=rows, cache_salt=prompt.cache_salt)
 
     def _post_tokenization(self, ids: list[int], offsets: list | None, p: TokenizeParams,
@@ -195,8 +193,6 @@ class Renderer:
         if offsets is not None:
             offsets = p.truncate(offsets, side)
         p.check_length(len(ids), at_least=at_least)
-        if not ids:
-            raise EmptyPromptError()
         return ids, offsets
 
     def validate_token_ids(self, ids: Sequence[int]) -> list[int]:
@@ -229,7 +225,11 @@ class Renderer:
 
     # --- step 4 ----------------------------------------------------------------------------
 
-    def process_for_engine(self, prompt: TokenizedPrompt, arrival_time: float | None = None) -> EngineInput:
+    def process_for_engine(self, prompt: TokenizedPrompt, arrival_time: float | None = None,
+                           *, prompt_type: str = "decoder") -> EngineInput:
+        # vLLM's engine-side input check: an empty prompt has nothing to condition on.
+        if prompt.num_tokens == 0:
+            raise EmptyPromptError(prompt_type)
         return EngineInput(
             prompt_token_ids=prompt.prompt_token_ids,
             prompt=prompt.prompt,
@@ -239,8 +239,9 @@ class Renderer:
             arrival_time=time.time() if arrival_time is None else arrival_time,
         )
 
-    async def process_for_engine_async(self, prompt: TokenizedPrompt, arrival_time: float | None = None) -> EngineInput:
-        return self.process_for_engine(prompt, arrival_time)
+    async def process_for_engine_async(self, prompt: TokenizedPrompt, arrival_time: float | None = None,
+                                       *, prompt_type: str = "decoder") -> EngineInput:
+        return self.process_for_engine(prompt, arrival_time, prompt_type=prompt_type)
 
     # --- the whole pipeline ----------------------------------------------------------------
 
@@ -254,9 +255,17 @@ class Renderer:
         out: list[Any] = [pr if isinstance(pr, Exception) else pa for pr, pa in zip(prompts, params)]
         tokenized = self.tokenize_prompts([prompts[i] for i in ok], [params[i] for i in ok])
         for i, t in zip(ok, tokenized):
-            out[i] = t if isinstance(t, RenderError) else self.process_for_engine(t, arrival)
+            out[i] = t if isinstance(t, RenderError) else capture_error(self.process_for_engine, t, arrival)
         return out
 
     async def render_batch_async(self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
                                  ) -> list[Result[EngineInput]]:
         return await asyncio.to_thread(self.render_batch, prompts, params)
+
+
+def capture_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args)``, or the ``RenderError`` it raised: batches keep going item by item."""
+    try:
+        return fn(*args, **kwargs)
+    except RenderError as e:
+        return e

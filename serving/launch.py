@@ -39,8 +39,12 @@ class Settings:
 
     model_dir: str = ""
     """Hugging Face model folder served. Empty: the embedded default model under ``build_dir``."""
+    encoder_decoder_model_dir: str = ""
+    """Encoder-decoder model for the encoder-decoder ensembles. Empty: the tiny built-in BART."""
     build_dir: str = str(ROOT / "build")
-    """Where the default model, generated repository, pid and log files live."""
+    """Where the generated repository, pid and log files live."""
+    models_dir: str = str(ROOT / "build" / "models")
+    """Where the built-in models are built (shared by every build folder)."""
     host: str = "127.0.0.1"
     """Address the HTTP, gRPC and metrics endpoints bind to."""
     http_port: int = 8000
@@ -100,7 +104,13 @@ class Settings:
     def resolved_model_dir(self) -> Path:
         if self.model_dir:
             return Path(self.model_dir).resolve()
-        return self.build / "models" / "smollm2-135m-instruct"
+        return Path(self.models_dir) / "smollm2-135m-instruct"
+
+    @property
+    def resolved_encdec_model_dir(self) -> Path:
+        if self.encoder_decoder_model_dir:
+            return Path(self.encoder_decoder_model_dir).resolve()
+        return Path(self.models_dir) / "tiny-bart-seq2seq"
 
     @property
     def repository(self) -> Path:
@@ -133,6 +143,7 @@ def template_vars(s: Settings) -> dict[str, str]:
         kind = "KIND_GPU" if gpu_visible() else "KIND_CPU"
     return {
         "model_dir": str(s.resolved_model_dir),
+        "encdec_model_dir": str(s.resolved_encdec_model_dir),
         "tokenize_instances": str(s.tokenize_instances),
         "chat_render_instances": str(s.chat_render_instances),
         "llm_instances": str(s.llm_instances),
@@ -232,12 +243,16 @@ def server_command(s: Settings) -> list[str]:
 
 
 def prepare(s: Settings) -> None:
-    if not s.model_dir:
-        from serving.default_model import build
+    from serving import default_model, seq2seq_model
 
-        build(s.resolved_model_dir)
+    default_tokenizer = Path(s.models_dir) / "smollm2-135m-instruct"
+    if not s.model_dir:
+        default_model.build(s.resolved_model_dir)
     elif not (s.resolved_model_dir / "config.json").exists():
         raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
+    if not s.encoder_decoder_model_dir:
+        # The tiny BART borrows the default model's tokenizer.
+        seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
     ensure_python_stub()
     render_repository(s)
 

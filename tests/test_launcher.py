@@ -17,13 +17,15 @@ def test_every_placeholder_is_filled(tmp_path, model_dir):
                 max_batch_size=17, max_queue_delay_us=123)
     repo = launch.render_repository(s)
     configs = {p.parent.name: p.read_text() for p in repo.glob("*/config.pbtxt")}
-    assert {"tokenize", "llm", "detokenize", "render_completion", "completion", "generation_params"} <= set(configs)
+    assert {"tokenize", "llm", "detokenize", "render_completion", "completion", "generation_params",
+            "tokenize_enc_dec", "llm_enc_dec", "render_encoder_decoder", "encoder_decoder_completion"} <= set(configs)
     for name, text in configs.items():
         assert "${" not in text, name
         assert "max_batch_size: 17" in text, name
     assert "count: 3 kind: KIND_CPU" in configs["tokenize"]
     assert "max_queue_delay_microseconds: 123" in configs["tokenize"]
     assert f'string_value: "{model_dir}"' in configs["tokenize"]
+    assert f'string_value: "{s.resolved_encdec_model_dir}"' in configs["llm_enc_dec"]
     assert (repo / "tokenize" / "1" / "model.py").exists()
 
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from renderer import Renderer, RendererConfig, TextPrompt, TokensPrompt
-from renderer.errors import EmptyPromptError, NoPromptError, PromptFormError, PromptTooLongError, PromptTypeError, TokenIdError
+from renderer.errors import EmbedsError, EmptyPromptError, NoPromptError, PromptFormError, PromptTooLongError, PromptTypeError, TokenIdError
 from renderer.model_info import ModelInfo
 from renderer.prompts import completion_prompt
 from renderer.tokenizer import Tokenizer
@@ -94,7 +94,7 @@ def test_bounded_tokenization_says_at_least(renderer):
 
 def test_one_bad_item_does_not_fail_the_batch(renderer, hf_tokenizer):
     p = renderer.default_completion_params
-    out = renderer.tokenize_prompts([TextPrompt("good one"), TokensPrompt([10**7]), TextPrompt(""), TokensPrompt([5, 6])], p)
+    out = renderer.render_batch([TextPrompt("good one"), TokensPrompt([10**7]), TextPrompt(""), TokensPrompt([5, 6])], [p] * 4)
     assert out[0].prompt_token_ids == hf_tokenizer("good one").input_ids
     assert isinstance(out[1], TokenIdError) and "Token id 10000000 is out of vocabulary" in str(out[1])
     assert isinstance(out[2], EmptyPromptError) and str(out[2]) == "The decoder prompt cannot be empty"
@@ -115,13 +115,14 @@ def test_needs_detokenization(renderer, hf_tokenizer):
     assert r.prompt == "round trip text"
 
 
-def test_step1_forms():
+def test_step1_forms(renderer):
     with pytest.raises(PromptFormError, match="Either prompt, prompt_token_ids or prompt_embeds must be provided"):
         completion_prompt()
     with pytest.raises(PromptFormError, match="got prompt and prompt_token_ids"):
         completion_prompt(text="a", token_ids=[1])
-    with pytest.raises(PromptFormError, match="--enable-prompt-embeds"):
-        completion_prompt(embeds=b"xx")
+    assert not renderer.config.enable_prompt_embeds
+    with pytest.raises(EmbedsError, match="^You must set `--enable-prompt-embeds` to input `prompt_embeds`.$"):
+        renderer.render_prompt(completion_prompt(embeds=b"xx"))
 
 
 def test_render_prompts_rules(renderer):

@@ -25,6 +25,7 @@ from ..errors import (
     InvalidParamsError,
     RenderError,
 )
+from .params import HF_CONFLICT_MESSAGE
 from .sandbox import TemplateLimits, compile_template, parse_template, render_text
 
 # Parameters of transformers 5's ``apply_chat_template``: vLLM lets them through the kwargs filter
@@ -84,8 +85,6 @@ def apply_chat_template(
     if "messages" in kwargs:
         raise InvalidParamsError("chat_template_kwargs cannot set 'messages': it is the conversation itself.")
     if continue_final and add_generation_prompt:
-        from .params import HF_CONFLICT_MESSAGE
-
         raise ContinueFinalMessageError(HF_CONFLICT_MESSAGE)
     if documents is not None and not all(isinstance(d, dict) for d in documents):
         raise InvalidParamsError("Documents should be a list of dicts with 'title' and 'text' keys!")

@@ -27,13 +27,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import string
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache, wraps
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import jinja2
 import jinja2.ext
@@ -136,7 +137,9 @@ def render_text(template: jinja2.Template, context: dict[str, Any], limits: Temp
 
 # --- size checks shared by binops, filters and string methods ----------------------------------
 
-_FORMAT_NUMBER = re.compile(r"\d+")
+_DIGITS = re.compile(r"\d+")
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\d*)(?:\.(\d*))?[hlL]?[a-zA-Z%]")
+_MAX_JSON_INDENT = 1000
 
 
 def _sized(value: Any) -> int | None:
@@ -155,15 +158,29 @@ def _check_width(width: Any) -> None:
         _budget().check_size(width, "a padded string")
 
 
-def _check_format_spec(fmt: Any) -> None:
-    # A width or precision in a format string ("%999999999d", "{:>999999999}") pads the result.
-    if isinstance(fmt, str):
-        limit = _budget().limits.max_output_chars
-        for digits in _FORMAT_NUMBER.findall(fmt):
-            if len(digits) > 18 or int(digits) > limit:
-                raise ChatTemplateLimitError(
-                    f"Chat template format string pads to {digits} characters; the limit is {limit}."
-                )
+def _check_percent_format(fmt: Any) -> None:
+    # A width or precision in a %-format ("%999999999d") pads the result.
+    if isinstance(fmt, str) and "%" in fmt:
+        _check_spec_numbers(n for m in _PERCENT_SPEC.finditer(fmt) for n in m.groups() if n)
+
+
+def _check_brace_format(fmt: Any) -> None:
+    # The same for str.format ("{:>999999999}"), nested specs included.
+    if isinstance(fmt, str) and "{" in fmt:
+        try:
+            specs = [spec for _, _, spec, _ in string.Formatter().parse(fmt) if spec]
+        except ValueError:
+            return  # malformed: the real call raises its own error
+        _check_spec_numbers(n for spec in specs for n in _DIGITS.findall(spec))
+
+
+def _check_spec_numbers(numbers: Iterable[str]) -> None:
+    limit = _budget().limits.max_output_chars
+    for digits in numbers:
+        if len(digits) > 18 or int(digits) > limit:
+            raise ChatTemplateLimitError(
+                f"Chat template format string pads to {digits} characters; the limit is {limit}."
+            )
 
 
 def _check_repeat(seq: Any, times: Any) -> None:
@@ -201,10 +218,11 @@ def _strftime_now(format: str) -> str:
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
     # transformers' filter: plain json.dumps (Jinja's own escapes HTML characters).
-    if isinstance(indent, int) and not isinstance(indent, bool):
-        _budget().check_size(indent * 1000, "a JSON indent")
-    elif isinstance(indent, str):
-        _budget().check_size(len(indent) * 1000, "a JSON indent")
+    width = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
+    if width > _MAX_JSON_INDENT:  # repeated on every line of the output
+        raise ChatTemplateLimitError(
+            f"Chat template asked tojson for an indent of {width}; the limit is {_MAX_JSON_INDENT}."
+        )
     return _check_result(
         json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     )
@@ -285,7 +303,7 @@ def _join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> str:
 
 
 def _format(value: Any, *args: Any, **kwargs: Any) -> str:
-    _check_format_spec(value)
+    _check_percent_format(value)
     return jinja2.filters.do_format(value, *args, **kwargs)
 
 
@@ -328,8 +346,8 @@ _STR_METHOD_CHECKS: dict[str, Callable[..., None]] = {
         len(s) + s.count("\t") * (tabsize if isinstance(tabsize, int) else 0), "an expanded string"),
     "replace": lambda s, old="", new="", count=-1: _check_replace(s, old, new, count),
     "join": lambda s, items=(): _check_join(s, list(items) if isinstance(items, (list, tuple)) else []),
-    "format": lambda s, *a, **k: _check_format_spec(s),
-    "format_map": lambda s, *a, **k: _check_format_spec(s),
+    "format": lambda s, *a, **k: _check_brace_format(s),
+    "format_map": lambda s, *a, **k: _check_brace_format(s),
     "translate": lambda s, table=None: _budget().check_size(
         len(s) * max([len(v) for v in table.values() if isinstance(v, str)] or [1])
         if isinstance(table, dict) else len(s), "a translated string"),
@@ -429,7 +447,7 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             if _sized(left) is not None and _sized(right) is not None:
                 _budget().check_size(len(left) + len(right), f"a {type(left).__name__}")
         elif operator == "%":
-            _check_format_spec(left)
+            _check_percent_format(left)
         elif operator == "**":
             _check_power(left, right)
         _budget().check_time()

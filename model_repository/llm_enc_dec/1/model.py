@@ -1,0 +1,3 @@
+"""Triton model ``llm_enc_dec``: a thin alias of the shared generation adapter."""
+
+from serving.llm_adapter import TritonPythonModel  # noqa: F401

@@ -1,0 +1,51 @@
+"""Triton adapter for ``tokenize_enc_dec``: encoder/decoder prompts -> their input ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from renderer import Renderer, RendererConfig
+from renderer.encoder_decoder import EncoderDecoderRenderer, encoder_decoder_prompt
+from serving import triton_io as io
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        renderer = Renderer.from_config(RendererConfig(model_dir=io.model_params(args)["model_dir"]))
+        self.renderer = EncoderDecoderRenderer(renderer)
+
+    def _parse(self, request):
+        prompt = encoder_decoder_prompt(
+            encoder_text=io.get_bytes(request, "encoder_prompt"),
+            encoder_token_ids=io.get_ids(request, "encoder_prompt_token_ids"),
+            decoder_text=io.get_bytes(request, "decoder_prompt"),
+            decoder_token_ids=io.get_ids(request, "decoder_prompt_token_ids"),
+            cache_salt=io.get_bytes(request, "cache_salt"),
+        )
+        params = self.renderer.renderer.request_params(
+            io.get_json(request, "tokenize_params"), max_output_tokens=io.get_scalar(request, "max_tokens"))
+        return prompt, params
+
+    def execute(self, requests):
+        prompts, params = [], []
+        for r in requests:
+            try:
+                pr, pa = self._parse(r)
+            except Exception as e:  # noqa: BLE001 - becomes this request's error response
+                pr = pa = e
+            prompts.append(pr)
+            params.append(pa)
+        return [self._respond(res) for res in self.renderer.render_batch(prompts, params)]
+
+    @staticmethod
+    def _respond(res):
+        if isinstance(res, BaseException):
+            return io.error_response(res, "tokenize_enc_dec")
+        enc, dec = res.encoder.prompt_token_ids, res.decoder_prompt_token_ids
+        return pb_utils.InferenceResponse(output_tensors=[
+            io.tensor("encoder_input_ids", np.asarray(enc, np.int32), np.int32),
+            io.tensor("encoder_input_lengths", [len(enc)], np.int32),
+            io.tensor("decoder_input_ids", np.asarray(dec, np.int32), np.int32),
+            io.tensor("decoder_input_lengths", [len(dec)], np.int32),
+        ])
