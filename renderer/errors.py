@@ -174,3 +174,8 @@ class EmbedsError(PromptError):
 
 class EncoderDecoderError(PromptError):
     """An encoder-decoder prompt that cannot be used."""
+
+
+class MultiModalLimitError(PromptError):
+    def __init__(self, limit: int, modality: str) -> None:
+        super().__init__(f"At most {limit} {modality}(s) may be provided in one prompt.")

@@ -266,12 +266,19 @@ def is_ready(s: Settings) -> bool:
 
 
 def running_pid(s: Settings) -> int | None:
+    """The pid of the server this build folder started, if it still runs.
+
+    A stale pid file may name a pid the system has since given to another process (another
+    server, even): only a tritonserver serving this very repository counts.
+    """
     try:
         pid = int(s.pid_file.read_text().strip())
-        os.kill(pid, 0)
-        return pid
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
+    if f"--model-repository={s.repository}".encode() not in cmdline:
+        return None
+    return pid
 
 
 def start(s: Settings) -> int:

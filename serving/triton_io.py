@@ -66,6 +66,10 @@ def get_json(request: Any, name: str) -> Any:
     text = get_str(request, name)
     if text is None or not text.strip():
         return None
+    return parse_json(text, name)
+
+
+def parse_json(text: str, name: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

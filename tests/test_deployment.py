@@ -213,9 +213,12 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
     for folder in ("renderer", "serving", "model_repository", "client"):
         assert re.search(rf"^COPY {folder}/ {folder}/$", text, re.M), folder
     assert re.search(r"^RUN python -m serving\.default_model ", text, re.M)
+    # ...and every other built-in model the launcher prepares: MODELS_DIR is read-only in the pod.
+    assert re.search(r"^ && BUILD_DIR=\S+ python -m serving\.launch render", text, re.M)
     env = dict(re.findall(r"\b([A-Z_]+)=(\S+)", " ".join(
         line for line in joined.splitlines() if line.startswith("ENV "))))
     assert env["HOST"] == "0.0.0.0" and env["TRITON_HOME"] == "/opt/tritonserver"
+    assert env["MODEL_DIR"].startswith(env["MODELS_DIR"] + "/")
     assert env["MODEL_DIR"] in re.search(r"^RUN python -m serving\.default_model (\S+)", text, re.M).group(0)
     # The image's Python matches this venv's (the stub is taken for that version).
     (py,) = set(re.findall(r"^ARG PYTHON_VERSION=(\S+)$", text, re.M))
@@ -267,7 +270,7 @@ def container(tmp_path_factory, rendered):
     env = {k: v for k, v in os.environ.items() if k not in SETTING_NAMES}
     env.update(launcher_env(rendered["cpu"]))
     env.update(HOST="127.0.0.1", HTTP_PORT="19000", GRPC_PORT="19001", METRICS_PORT="19002",
-               MODEL_DIR=str(model_dir), BUILD_DIR=str(tmp / "build"),
+               MODEL_DIR=str(model_dir), MODELS_DIR=str(model_dir.parent), BUILD_DIR=str(tmp / "build"),
                TRITON_HOME=str(_image_like_triton_home(tmp)), PYTHON=sys.executable)
     env.pop("CLEAN_STALE_SHM", None)  # other servers' regions live in this host's /dev/shm
     with mock.patch.dict(os.environ, env, clear=True):

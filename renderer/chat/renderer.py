@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from ..errors import ChatTemplateResolutionError, RenderError
+from ..errors import ChatTemplateResolutionError, MultiModalLimitError, RenderError
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import resolve_content_format
 from .messages import MultiModalItem, parse_messages
@@ -50,10 +50,13 @@ class ChatRenderer:
         *,
         limits: TemplateLimits = TemplateLimits(),
         image_placeholder: str | None = None,
+        mm_limits: Mapping[str, int] | None = None,
     ) -> None:
         self.source = source
         self.limits = limits
         self.image_placeholder = image_placeholder
+        # Items allowed per prompt and modality; a text-only model allows none (vLLM's limit 0).
+        self.mm_limits = dict(mm_limits) if mm_limits is not None else None
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ChatRenderer":
@@ -70,6 +73,7 @@ class ChatRenderer:
         template = resolve_chat_template(self.source, params.chat_template, params.tools)
         content_format = resolve_content_format(params.chat_template_content_format, template)
         parsed = parse_messages(messages, content_format, image_placeholder=self.image_placeholder)
+        self._check_mm_limits(parsed.mm_items)
         kwargs = resolve_template_kwargs(template, params.template_kwargs())
         prompt = apply_chat_template(
             template,
@@ -80,6 +84,17 @@ class ChatRenderer:
             limits=self.limits,
         )
         return RenderedChat(prompt, parsed.conversation, parsed.mm_items, content_format)
+
+    def _check_mm_limits(self, items: tuple[MultiModalItem, ...]) -> None:
+        if self.mm_limits is None:
+            return
+        counts: dict[str, int] = {}
+        for item in items:
+            counts[item.modality] = counts.get(item.modality, 0) + 1
+        for modality, n in counts.items():
+            limit = self.mm_limits.get(modality, 0)
+            if n > limit:
+                raise MultiModalLimitError(limit, modality)
 
     async def render_messages_async(self, messages: Any, params: ChatParams) -> RenderedChat:
         """Async twin of ``render_messages`` (rendering is CPU-bound and short; as in vLLM, it runs inline)."""
