@@ -179,3 +179,54 @@ class EncoderDecoderError(PromptError):
 class MultiModalLimitError(PromptError):
     def __init__(self, limit: int, modality: str) -> None:
         super().__init__(f"At most {limit} {modality}(s) may be provided in one prompt.")
+
+
+# --- multimodal processing (renderer/multimodal) ----------------------------------------------
+
+
+class MultiModalError(RenderError):
+    """A media item or multimodal parameter the multimodal stage refuses."""
+
+
+class MediaLoadError(MultiModalError):
+    """Media that cannot be loaded: bad data URL, bad base64, unreadable or refused source."""
+
+
+class MediaURLError(MediaLoadError):
+    """A media URL whose scheme, host or path is not allowed (no network, outside the media dir)."""
+
+
+class MediaTooLargeError(MediaLoadError):
+    """Encoded media larger than the configured byte limit."""
+
+
+class ImageDecodeError(MediaLoadError):
+    """Bytes that are not an image Pillow can decode, or a truncated image."""
+
+
+class ImageTooLargeError(MediaLoadError):
+    """An image whose header declares more pixels than allowed (decompression-bomb guard)."""
+
+
+class MultiModalUUIDError(MultiModalError):
+    """``multi_modal_uuids`` inconsistent with ``multi_modal_data`` (vLLM's wording)."""
+
+
+class MultiModalCacheMissError(MultiModalError):
+    """An item given only by ``uuid`` that the processor cache does not hold."""
+
+
+class MultiModalPlaceholderCountError(MultiModalError):
+    """The prompt's placeholder tokens do not match the number of media items (vLLM's wording)."""
+
+
+class MultiModalProcessorKwargsError(MultiModalError):
+    """``mm_processor_kwargs`` / ``media_io_kwargs`` with unknown keys or bad values."""
+
+
+class UnsupportedMultiModalError(MultiModalError):
+    """A modality, input kind or model family the multimodal stage does not support."""
+
+
+class ImageAspectRatioError(MultiModalError):
+    """An image too elongated for the model's resize rule (Qwen2-VL's smart_resize refuses > 200)."""

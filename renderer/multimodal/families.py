@@ -1,0 +1,340 @@
+"""The two image-processor families: Qwen2-VL and Pixtral, as their HF ``*ImageProcessorPil`` do.
+
+Each family turns one RGB image into its processed tensor and the token run that replaces the
+image's single placeholder token in the prompt:
+
+* Qwen2-VL: ``smart_resize`` to multiples of ``patch_size * merge_size`` within
+  [min_pixels, max_pixels], then patches of shape (C * temporal * patch * patch) in
+  (block_h, block_w, merge_h, merge_w) order; ``image_grid_thw`` = (1, H/patch, W/patch); the
+  prompt's ``<|image_pad|>`` becomes ``grid_t * grid_h * grid_w / merge**2`` of them (vLLM's
+  placeholder range covers that run only, not ``<|vision_start|>``/``<|vision_end|>``).
+* Pixtral: longest edge scaled down to ``size.longest_edge`` (floor), both sides rounded up to a
+  multiple of the patch size; ``pixel_values`` item (3, H, W); the prompt's ``[IMG]`` becomes rows
+  of ``[IMG]`` each ended by ``[IMG_BREAK]``, the last by ``[IMG_END]`` (vLLM's range covers the
+  whole run, breaks and end included).
+
+Resampling is Pillow's ``Image.resize`` with the filter from ``preprocessor_config.json``
+(default BICUBIC), exactly what ``PilBackend.resize`` calls (``transformers.image_transforms.
+resize``, ``reducing_gap=None``), so resized pixels are identical to HF's and the float output
+is bit-identical (see ``kernels``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import ImageAspectRatioError, MultiModalProcessorKwargsError, UnsupportedMultiModalError
+from . import kernels
+from .media import LoadedImage
+
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+BICUBIC = 3
+
+
+@dataclass(frozen=True)
+class ProcessedImage:
+    """One image's processed tensor and the prompt tokens that stand for it."""
+
+    pixel_values: Any
+    """Qwen2-VL: float32 (num_patches, C*T*P*P); Pixtral: float32 (3, H, W). A read-only numpy
+    array on CPU, a torch tensor on the processor's device otherwise."""
+
+    grid: tuple[int, ...]
+    """Qwen2-VL: (grid_t, grid_h, grid_w); Pixtral: (height, width) after resizing."""
+
+    tokens: tuple[int, ...]
+    """The token run that replaces the image's placeholder token in the prompt."""
+
+    embed_offset: int
+    """Where the placeholder range starts inside ``tokens`` (0 for both families)."""
+
+    nbytes: int
+    """Size of ``pixel_values`` in bytes (what the processor cache accounts)."""
+
+
+def _nbytes(t: Any) -> int:
+    if isinstance(t, np.ndarray):
+        return int(t.nbytes)
+    return int(t.numel() * t.element_size())
+
+
+def _freeze(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False  # cached and shared between requests: nobody may write to it
+    return a
+
+
+def _resize(img: LoadedImage, height: int, width: int, resample: int) -> np.ndarray:
+    if (height, width) == (img.height, img.width):
+        return img.rgb  # Pillow's resize to the same size is a copy: skipping it is exact
+    from PIL import Image
+
+    out = Image.fromarray(img.rgb).resize((width, height), resample=Image.Resampling(resample))
+    return np.ascontiguousarray(np.asarray(out, dtype=np.uint8))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+def token_id(model_dir: Path, token: str) -> int | None:
+    """Id of a special token from the folder's ``tokenizer.json`` (added tokens, then vocab)."""
+    data = _read_json(model_dir / "tokenizer.json")
+    for t in data.get("added_tokens", []):
+        if t.get("content") == token:
+            return int(t["id"])
+    vocab = data.get("model", {}).get("vocab")
+    if isinstance(vocab, dict) and token in vocab:
+        return int(vocab[token])
+    return None
+
+
+def _require_token(model_dir: Path, token: str, configured: Any = None) -> int:
+    if isinstance(configured, int):
+        return configured
+    tid = token_id(model_dir, token)
+    if tid is None:
+        raise UnsupportedMultiModalError(f"The tokenizer in {model_dir} has no {token!r} token.")
+    return tid
+
+
+def _pos_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise MultiModalProcessorKwargsError(
+            f"mm_processor_kwargs.{name} must be a positive integer, got {value!r}."
+        )
+    return value
+
+
+class ImageFamily:
+    """Common parts of a family: rescale/normalize settings and the lookup table."""
+
+    name: str = ""
+    placeholder_text: str = ""
+    placeholder_token_id: int = -1
+    allowed_kwargs: frozenset[str] = frozenset()
+
+    def __init__(self, pp: Mapping[str, Any]) -> None:
+        self.do_resize = bool(pp.get("do_resize", True))
+        self.resample = int(pp.get("resample", BICUBIC))
+        self.do_rescale = bool(pp.get("do_rescale", True))
+        self.rescale_factor = float(pp.get("rescale_factor", 1 / 255))
+        self.do_normalize = bool(pp.get("do_normalize", True))
+        self.image_mean = tuple(float(x) for x in pp.get("image_mean", OPENAI_CLIP_MEAN))
+        self.image_std = tuple(float(x) for x in pp.get("image_std", OPENAI_CLIP_STD))
+        self.lut = kernels.build_lut(
+            self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std
+        )
+
+    def base_settings(self) -> dict[str, Any]:
+        """Everything that determines the output for a given image (goes into content hashes)."""
+        return {
+            "family": self.name, "do_resize": self.do_resize, "resample": self.resample,
+            "do_rescale": self.do_rescale, "rescale_factor": self.rescale_factor,
+            "do_normalize": self.do_normalize, "image_mean": self.image_mean, "image_std": self.image_std,
+        }
+
+    def resolve_kwargs(self, mm_processor_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Validated per-request overrides, canonical (sorted, defaults dropped)."""
+        kw = dict(mm_processor_kwargs or {})
+        unknown = set(kw) - self.allowed_kwargs
+        if unknown:
+            raise MultiModalProcessorKwargsError(
+                f"Unknown field(s) in mm_processor_kwargs: {', '.join(sorted(unknown))}. "
+                f"Allowed fields: {', '.join(sorted(self.allowed_kwargs)) or '(none)'}."
+            )
+        return self._resolve(kw)
+
+    def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
+        return kw
+
+    def process(self, img: LoadedImage, kwargs: Mapping[str, Any], device: str = "cpu") -> ProcessedImage:
+        raise NotImplementedError
+
+    def empty_tensors(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+class Qwen2VLFamily(ImageFamily):
+    """Qwen2-VL / Qwen2.5-VL images (``Qwen2VLImageProcessorPil``)."""
+
+    name = "qwen2_vl"
+    placeholder_text = "<|vision_start|><|image_pad|><|vision_end|>"
+    allowed_kwargs = frozenset({"min_pixels", "max_pixels", "size"})
+
+    def __init__(self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+        super().__init__(pp)
+        size = pp.get("size") or {}
+        self.min_pixels = int(pp.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
+        self.max_pixels = int(pp.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280)
+        self.patch_size = int(pp.get("patch_size", 14))
+        self.temporal_patch_size = int(pp.get("temporal_patch_size", 2))
+        self.merge_size = int(pp.get("merge_size", 2))
+        self.image_pad_id = _require_token(model_dir, "<|image_pad|>", config.get("image_token_id"))
+        self.vision_start_id = _require_token(model_dir, "<|vision_start|>", config.get("vision_start_token_id"))
+        self.vision_end_id = _require_token(model_dir, "<|vision_end|>", config.get("vision_end_token_id"))
+        self.placeholder_token_id = self.image_pad_id  # vLLM's PromptReplacement target
+
+    def base_settings(self) -> dict[str, Any]:
+        return {**super().base_settings(), "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
+                "patch_size": self.patch_size, "temporal_patch_size": self.temporal_patch_size,
+                "merge_size": self.merge_size}
+
+    def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
+        lo, hi = self.min_pixels, self.max_pixels
+        if "size" in kw:
+            size = kw["size"]
+            if not isinstance(size, Mapping) or set(size) - {"shortest_edge", "longest_edge"}:
+                raise MultiModalProcessorKwargsError(
+                    "mm_processor_kwargs.size must be an object with 'shortest_edge' and/or 'longest_edge'."
+                )
+            lo = _pos_int("size.shortest_edge", size.get("shortest_edge", lo))
+            hi = _pos_int("size.longest_edge", size.get("longest_edge", hi))
+        if "min_pixels" in kw:
+            lo = _pos_int("min_pixels", kw["min_pixels"])
+        if "max_pixels" in kw:
+            hi = _pos_int("max_pixels", kw["max_pixels"])
+        if lo > hi:
+            raise MultiModalProcessorKwargsError(
+                f"mm_processor_kwargs: min_pixels ({lo}) must not be greater than max_pixels ({hi})."
+            )
+        out = {}
+        if lo != self.min_pixels:
+            out["min_pixels"] = lo
+        if hi != self.max_pixels:
+            out["max_pixels"] = hi
+        return out
+
+    def target_size(self, height: int, width: int, kwargs: Mapping[str, Any]) -> tuple[int, int]:
+        if not self.do_resize:
+            return height, width
+        return smart_resize(
+            height, width, self.patch_size * self.merge_size,
+            kwargs.get("min_pixels", self.min_pixels), kwargs.get("max_pixels", self.max_pixels),
+        )
+
+    def process(self, img: LoadedImage, kwargs: Mapping[str, Any], device: str = "cpu") -> ProcessedImage:
+        h, w = self.target_size(img.height, img.width, kwargs)
+        factor = self.patch_size * self.merge_size
+        if h % factor or w % factor:
+            raise UnsupportedMultiModalError(
+                f"Image size {w}x{h} is not a multiple of {factor} and resizing is disabled."
+            )
+        rgb = _resize(img, h, w, self.resample)
+        args = (rgb, self.lut, self.patch_size, self.merge_size, self.temporal_patch_size)
+        if device == "cpu":
+            pv = _freeze(kernels.patchify_qwen(*args))
+        else:
+            pv = kernels.patchify_qwen_torch(*args, device=device)
+        gh, gw = h // self.patch_size, w // self.patch_size
+        n = gh * gw // (self.merge_size ** 2)
+        return ProcessedImage(pv, (1, gh, gw), (self.image_pad_id,) * n, 0, _nbytes(pv))
+
+    def empty_tensors(self) -> dict[str, np.ndarray]:
+        dim = 3 * self.temporal_patch_size * self.patch_size ** 2
+        return {"pixel_values": np.zeros((0, dim), np.float32), "image_grid_thw": np.zeros((0, 3), np.int64)}
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers' ``smart_resize`` (Qwen2-VL), same arithmetic and the same refusal."""
+    if max(height, width) / min(height, width) > 200:
+        raise ImageAspectRatioError(
+            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+class PixtralFamily(ImageFamily):
+    """Pixtral images (``PixtralImageProcessorPil``; Llava + Pixtral vision tower in HF format)."""
+
+    name = "pixtral"
+    placeholder_text = "[IMG]"
+    allowed_kwargs = frozenset({"size", "longest_edge"})
+
+    def __init__(self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any],
+                 processor_config: Mapping[str, Any]) -> None:
+        super().__init__(pp)
+        patch = pp.get("patch_size", (config.get("vision_config") or {}).get("patch_size", 16))
+        self.patch_h, self.patch_w = (
+            (int(patch["height"]), int(patch["width"])) if isinstance(patch, Mapping) else (int(patch), int(patch))
+        )
+        size = pp.get("size") or {"longest_edge": 1024}
+        self.longest_edge = int(size.get("longest_edge") or max(size.get("height", 1024), size.get("width", 1024)))
+        self.spatial_merge_size = int(processor_config.get("spatial_merge_size", config.get("spatial_merge_size", 1)))
+        self.img_id = _require_token(model_dir, processor_config.get("image_token", "[IMG]"),
+                                     config.get("image_token_index", config.get("image_token_id")))
+        self.break_id = _require_token(model_dir, processor_config.get("image_break_token", "[IMG_BREAK]"))
+        self.end_id = _require_token(model_dir, processor_config.get("image_end_token", "[IMG_END]"))
+        self.placeholder_token_id = self.img_id
+
+    def base_settings(self) -> dict[str, Any]:
+        return {**super().base_settings(), "patch": (self.patch_h, self.patch_w),
+                "longest_edge": self.longest_edge, "spatial_merge_size": self.spatial_merge_size}
+
+    def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
+        edge = self.longest_edge
+        if "size" in kw:
+            size = kw["size"]
+            if not isinstance(size, Mapping) or set(size) != {"longest_edge"}:
+                raise MultiModalProcessorKwargsError(
+                    "mm_processor_kwargs.size must be an object with only 'longest_edge'."
+                )
+            edge = _pos_int("size.longest_edge", size["longest_edge"])
+        if "longest_edge" in kw:
+            edge = _pos_int("longest_edge", kw["longest_edge"])
+        return {"longest_edge": edge} if edge != self.longest_edge else {}
+
+    def target_size(self, height: int, width: int, kwargs: Mapping[str, Any]) -> tuple[int, int]:
+        """HF's ``get_resize_output_image_size`` (floor when shrinking, then ceil to patches)."""
+        if not self.do_resize:
+            return height, width
+        edge = kwargs.get("longest_edge", self.longest_edge)
+        ratio = max(height / edge, width / edge)
+        if ratio > 1:
+            height = int(math.floor(height / ratio))
+            width = int(math.floor(width / ratio))
+        nh = (height - 1) // self.patch_h + 1
+        nw = (width - 1) // self.patch_w + 1
+        return nh * self.patch_h, nw * self.patch_w
+
+    def token_grid(self, height: int, width: int) -> tuple[int, int]:
+        """(rows, cols) of [IMG] tokens for a resized image (HF's PixtralProcessor)."""
+        return (height // (self.patch_h * self.spatial_merge_size),
+                width // (self.patch_w * self.spatial_merge_size))
+
+    def tokens_for(self, height: int, width: int) -> tuple[int, ...]:
+        rows, cols = self.token_grid(height, width)
+        run = ([self.img_id] * cols + [self.break_id]) * rows
+        run[-1] = self.end_id
+        return tuple(run)
+
+    def process(self, img: LoadedImage, kwargs: Mapping[str, Any], device: str = "cpu") -> ProcessedImage:
+        h, w = self.target_size(img.height, img.width, kwargs)
+        rgb = _resize(img, h, w, self.resample)
+        if device == "cpu":
+            pv = _freeze(kernels.normalize_chw(rgb, self.lut))
+        else:
+            pv = kernels.normalize_chw_torch(rgb, self.lut, device)
+        return ProcessedImage(pv, (h, w), self.tokens_for(h, w), 0, _nbytes(pv))
+
+    def empty_tensors(self) -> dict[str, np.ndarray]:
+        return {"pixel_values": np.zeros((0, 3, 0, 0), np.float32), "image_sizes": np.zeros((0, 2), np.int64)}

@@ -1,0 +1,88 @@
+"""Item identity: content hashes, user uuids, and vLLM's uuid consistency checks.
+
+The content hash is BLAKE2b-256 over the decoded RGB pixels (after the HF-style conversion), the
+mode ("RGB"), the size, and the processor settings that decide the output (the model's
+preprocessor config plus per-request ``mm_processor_kwargs``). It does not see the encoding: the
+same pixels as PNG, BMP or lossless WebP hash the same, and it changes whenever the processed
+tensor could. A caller's ``uuid`` replaces the content hash (as in vLLM); with per-request
+processor kwargs the uuid is hashed together with them, so one uuid processed two ways never
+shares a cache entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import MultiModalUUIDError
+
+_VERSION = b"renderer.multimodal.v1\0"
+
+
+def _settings_bytes(settings: Mapping[str, Any]) -> bytes:
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"), default=list).encode()
+
+
+def content_hash(rgb: np.ndarray, settings: Mapping[str, Any]) -> str:
+    """Hex digest of an (H, W, 3) uint8 image together with the processing settings."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(_VERSION)
+    h.update(_settings_bytes(settings))
+    h.update(b"\0RGB\0%d\0%d\0" % (rgb.shape[0], rgb.shape[1]))
+    h.update(memoryview(np.ascontiguousarray(rgb)).cast("B"))
+    return h.hexdigest()
+
+
+def uuid_key(uuid: str, request_kwargs: Mapping[str, Any]) -> str:
+    """The identity of a uuid-named item: the uuid itself, or hashed with per-request kwargs."""
+    if not request_kwargs:
+        return uuid
+    h = hashlib.blake2b(digest_size=32)
+    h.update(_VERSION)
+    h.update(b"uuid\0" + uuid.encode() + b"\0")
+    h.update(_settings_bytes(request_kwargs))
+    return h.hexdigest()
+
+
+def validate_mm_uuids(
+    mm_data: Mapping[str, Any],
+    mm_uuids: Mapping[str, Any] | None,
+) -> None:
+    """vLLM's checks of ``multi_modal_uuids`` against ``multi_modal_data``, with its messages.
+
+    ``mm_data[m]`` is a list of items (an item None means "only the uuid is given"), a single
+    item, or None / empty ("only uuids"); ``mm_uuids[m]`` a list (or one string) of uuids or None.
+    """
+    uuids = dict(mm_uuids or {})
+    for m, items in mm_data.items():
+        data_empty = items is None or (isinstance(items, (list, tuple)) and len(items) == 0)
+        if m not in uuids or uuids[m] is None:
+            if data_empty:
+                raise MultiModalUUIDError(
+                    f"multi_modal_data[{m!r}] is empty but multi_modal_uuids[{m!r}] is missing."
+                )
+            seq = items if isinstance(items, (list, tuple)) else [items]
+            for i, item in enumerate(seq):
+                if item is None:
+                    raise MultiModalUUIDError(
+                        f"multi_modal_data[{m!r}][{i}] is empty but multi_modal_uuids[{m!r}][{i}] is missing."
+                    )
+            continue
+        u = uuids[m]
+        u_list: Sequence[Any] = [u] if isinstance(u, str) else list(u)
+        if data_empty:
+            continue  # only uuids: every item must come from the cache
+        d_list: Sequence[Any] = items if isinstance(items, (list, tuple)) else [items]
+        if len(u_list) != len(d_list):
+            raise MultiModalUUIDError(
+                f"If given, multi_modal_uuids[{m!r}] must have same length as multi_modal_data[{m!r}], "
+                f"but got {len(u_list)} vs {len(d_list)}."
+            )
+        for i, (item, uid) in enumerate(zip(d_list, u_list)):
+            if item is None and uid is None:
+                raise MultiModalUUIDError(
+                    f"multi_modal_data[{m!r}][{i}] is empty but multi_modal_uuids[{m!r}][{i}] is missing."
+                )

@@ -1,0 +1,155 @@
+"""Per-pixel kernels: uint8 RGB to normalized float32, fused with each family's layout.
+
+Exactness: HF's image processors rescale (``float64(x) * factor`` cast to float32) and then
+normalize (``(x - mean) / std`` in float32). A uint8 input has only 256 values per channel, so
+``build_lut`` runs exactly those numpy operations once on ``arange(256)`` and the kernels only
+gather from the table: the output is bit-identical to HF's for the same resized pixels.
+
+The kernels are numba-compiled (``nopython``, ``nogil`` so threads overlap, ``cache=True`` so a
+restarted server skips compilation; if the package directory is not writable they compile without
+the on-disk cache). Without numba (``NUMBA_AVAILABLE`` False) the same functions run as numpy
+fancy-indexing and reshapes: identical results, a few times slower and more memory. A torch twin
+(``*_torch``) does the same on a GPU for ``device="cuda"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+try:  # numba is a pinned requirement; the fallback keeps the package importable without it
+    import numba as _numba
+
+    NUMBA_AVAILABLE = True
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    _numba = None
+    NUMBA_AVAILABLE = False
+
+
+def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    if not NUMBA_AVAILABLE:
+        return fn
+    try:
+        return _numba.njit(cache=True, nogil=True)(fn)
+    except Exception:  # read-only install: no cache locator; compile in memory instead
+        log.warning("numba on-disk cache unavailable for %s; compiling without it", fn.__name__)
+        return _numba.njit(cache=False, nogil=True)(fn)
+
+
+def build_lut(
+    do_rescale: bool,
+    rescale_factor: float,
+    do_normalize: bool,
+    image_mean: Sequence[float],
+    image_std: Sequence[float],
+) -> np.ndarray:
+    """(3, 256) float32 table: value of channel c for input byte v, computed as HF computes it."""
+    x = np.tile(np.arange(256, dtype=np.uint8), (3, 1))  # (C, 256), channel-first like HF
+    if do_rescale:
+        v = (x.astype(np.float64) * rescale_factor).astype(np.float32)
+    else:
+        v = x.astype(np.float32)
+    if do_normalize:
+        mean = np.array(image_mean, dtype=np.float32)
+        std = np.array(image_std, dtype=np.float32)
+        v = ((v.T - mean) / std).T  # the exact expression of transformers' normalize()
+    return np.ascontiguousarray(v, dtype=np.float32)
+
+
+@_jit
+def _normalize_chw_nb(img: np.ndarray, lut: np.ndarray, out: np.ndarray) -> None:
+    h, w, c = img.shape
+    for ch in range(c):
+        row = lut[ch]
+        for y in range(h):
+            for x in range(w):
+                out[ch, y, x] = row[img[y, x, ch]]
+
+
+@_jit
+def _patchify_qwen_nb(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int,
+                      out: np.ndarray) -> None:
+    h, w, c = img.shape
+    gh = h // patch
+    gw = w // patch
+    bh_n = gh // merge
+    bw_n = gw // merge
+    pp = patch * patch
+    for bh in range(bh_n):
+        for bw in range(bw_n):
+            for mh in range(merge):
+                for mw in range(merge):
+                    r = ((bh * bw_n + bw) * merge + mh) * merge + mw
+                    y0 = (bh * merge + mh) * patch
+                    x0 = (bw * merge + mw) * patch
+                    for ch in range(c):
+                        row = lut[ch]
+                        for t in range(temporal):
+                            base = (ch * temporal + t) * pp
+                            for py in range(patch):
+                                for px in range(patch):
+                                    out[r, base + py * patch + px] = row[img[y0 + py, x0 + px, ch]]
+
+
+def normalize_chw(img: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8 -> (3, H, W) float32 through the table (Pixtral's ``pixel_values`` item)."""
+    h, w, c = img.shape
+    if not NUMBA_AVAILABLE:
+        return np.ascontiguousarray(lut[np.arange(c)[:, None, None], np.moveaxis(img, -1, 0)])
+    out = np.empty((c, h, w), dtype=np.float32)
+    _normalize_chw_nb(np.ascontiguousarray(img), lut, out)
+    return out
+
+
+def patchify_qwen(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int) -> np.ndarray:
+    """(H, W, 3) uint8 -> (grid_h*grid_w, 3*temporal*patch*patch) float32, Qwen2-VL's layout.
+
+    Rows are ordered (block_h, block_w, merge_h, merge_w), columns (channel, temporal, patch_h,
+    patch_w); a still image repeats its frame over the temporal axis, as the HF processor does.
+    """
+    h, w, c = img.shape
+    gh, gw = h // patch, w // patch
+    if not NUMBA_AVAILABLE:
+        chw = normalize_chw(img, lut)
+        p = chw.reshape(c, gh // merge, merge, patch, gw // merge, merge, patch)
+        p = p.transpose(1, 4, 2, 5, 0, 3, 6)[:, :, :, :, :, None]
+        p = np.broadcast_to(p, (*p.shape[:5], temporal, patch, patch))
+        return np.ascontiguousarray(p.reshape(gh * gw, c * temporal * patch * patch))
+    out = np.empty((gh * gw, c * temporal * patch * patch), dtype=np.float32)
+    _patchify_qwen_nb(np.ascontiguousarray(img), lut, patch, merge, temporal, out)
+    return out
+
+
+# --- torch twins for device="cuda" (same table, same layout) ----------------------------------
+
+
+def normalize_chw_torch(img: np.ndarray, lut: np.ndarray, device: str) -> Any:
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(img)).to(device).long()  # (H, W, C)
+    table = torch.from_numpy(lut).to(device)
+    c = t.shape[-1]
+    offsets = torch.arange(c, device=device) * 256
+    return table.reshape(-1)[(t + offsets).permute(2, 0, 1)].contiguous()
+
+
+def patchify_qwen_torch(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int,
+                        device: str) -> Any:
+    chw = normalize_chw_torch(img, lut, device)
+    c, h, w = chw.shape
+    gh, gw = h // patch, w // patch
+    p = chw.reshape(c, gh // merge, merge, patch, gw // merge, merge, patch)
+    p = p.permute(1, 4, 2, 5, 0, 3, 6).unsqueeze(5).expand(-1, -1, -1, -1, -1, temporal, -1, -1)
+    return p.reshape(gh * gw, c * temporal * patch * patch).contiguous()
+
+
+def warmup() -> None:
+    """Compile (or load from cache) every kernel once so the first request does not pay for it."""
+    lut = build_lut(True, 1 / 255, True, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    img = np.zeros((28, 28, 3), dtype=np.uint8)
+    normalize_chw(img, lut)
+    patchify_qwen(img, lut, 14, 2, 2)

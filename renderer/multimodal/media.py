@@ -1,0 +1,296 @@
+"""Loading images from what a request carries, within limits.
+
+Sources, in order of trust:
+
+* ``data:`` URLs (``data:image/png;base64,...``) and raw bytes: always accepted.
+* ``file:`` URLs and local paths: only under ``MediaLimits.allowed_local_dir`` (vLLM's
+  ``--allowed-local-media-path``); the path is resolved first, so ``..`` and symlinks that leave
+  the directory are refused.
+* ``http(s):`` URLs: refused unless the host is in ``MediaLimits.allowed_hosts`` (vLLM's
+  ``--allowed-media-domains``); an allow-listed URL is fetched with ``urllib`` under the byte cap.
+
+Guards: encoded size (``max_bytes``, checked on the base64 length before decoding), the pixel
+count declared in the image header (``max_pixels``, checked before any pixel is decoded, so a
+decompression bomb costs only its header), Pillow's own ``DecompressionBombError``, truncated or
+non-image data. Every refusal is a named ``MediaLoadError`` subclass.
+
+Colour handling follows the Hugging Face image processors (``transformers.image_transforms.
+convert_to_rgb``): an image with an alpha band or a ``transparency`` entry (palette PNGs, GIFs)
+is converted to RGBA and alpha-composited onto opaque white; any other mode (L, P, CMYK, I;16,
+...) is ``convert("RGB")``. vLLM's own loader pastes RGBA onto white with the alpha as mask,
+which can differ from compositing by one grey level on semi-transparent pixels; we match HF
+because the processed tensors are compared with HF's processors.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+from ..errors import (
+    ImageDecodeError,
+    ImageTooLargeError,
+    MediaLoadError,
+    MediaTooLargeError,
+    MediaURLError,
+    MultiModalLimitError,
+    MultiModalProcessorKwargsError,
+)
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_PIXELS = 50_000_000  # 4-5x a 12 MP photo; decoded RGB would be 150 MB
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    """What the multimodal stage accepts per item and per prompt."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """Largest encoded item in bytes (the decoded bytes of a data URL, a file, a download)."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    """Largest width x height an image header may declare."""
+
+    max_items: Mapping[str, int] = field(default_factory=lambda: {"image": 16})
+    """Most items per prompt, by modality (vLLM's ``--limit-mm-per-prompt``)."""
+
+    allowed_local_dir: str | None = None
+    """Directory local paths and ``file:`` URLs must resolve under; None refuses them all."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    """Hosts ``http(s)`` URLs may name (exact, case-insensitive); empty refuses every URL."""
+
+    fetch_timeout_s: float = 10.0
+    """Timeout of one allow-listed download."""
+
+    def limit_for(self, modality: str) -> int:
+        return int(self.max_items.get(modality, 0))
+
+
+def check_item_count(modality: str, count: int, limits: MediaLimits) -> None:
+    """vLLM's per-prompt limit check, with its message."""
+    limit = limits.limit_for(modality)
+    if count > limit:
+        raise MultiModalLimitError(limit, modality)
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded image, converted to RGB the way the HF image processors do."""
+
+    rgb: np.ndarray
+    """Pixels, uint8, shape (height, width, 3), C-contiguous and read-only."""
+
+    source_mode: str
+    """Pillow mode of the decoded image before conversion ("RGBA", "P", "L", ...)."""
+
+    source_format: str | None
+    """Pillow format name ("PNG", "JPEG", "BMP", ...)."""
+
+    @property
+    def height(self) -> int:
+        return int(self.rgb.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.rgb.shape[1])
+
+
+# vLLM's ImageMediaIO takes these per-modality options; only RGB output is meaningful for the
+# processors here, so "image_mode" is accepted when it asks for RGB.
+_MEDIA_IO_KEYS = {"image": {"image_mode"}}
+
+
+def check_media_io_kwargs(media_io_kwargs: Mapping[str, Any] | None) -> None:
+    """Refuse media IO options we would otherwise silently ignore."""
+    if not media_io_kwargs:
+        return
+    if not isinstance(media_io_kwargs, Mapping):
+        raise MultiModalProcessorKwargsError(
+            f"media_io_kwargs must be an object keyed by modality, got {type(media_io_kwargs).__name__}."
+        )
+    for modality, opts in media_io_kwargs.items():
+        if modality not in _MEDIA_IO_KEYS:
+            raise MultiModalProcessorKwargsError(
+                f"media_io_kwargs has unsupported modality {modality!r}; supported: "
+                f"{', '.join(sorted(_MEDIA_IO_KEYS))}."
+            )
+        if not isinstance(opts, Mapping):
+            raise MultiModalProcessorKwargsError(f"media_io_kwargs[{modality!r}] must be an object.")
+        unknown = set(opts) - _MEDIA_IO_KEYS[modality]
+        if unknown:
+            raise MultiModalProcessorKwargsError(
+                f"media_io_kwargs[{modality!r}] has unsupported option(s): {', '.join(sorted(unknown))}."
+            )
+        mode = opts.get("image_mode", "RGB")
+        if mode != "RGB":
+            raise MultiModalProcessorKwargsError(
+                f"media_io_kwargs[{modality!r}]['image_mode'] must be 'RGB' for this model, got {mode!r}."
+            )
+
+
+def load_image(source: str | bytes, limits: MediaLimits) -> LoadedImage:
+    """Load one image from a data URL, ``file:`` URL / local path, allow-listed URL or raw bytes."""
+    return decode_image(read_media_bytes(source, limits), limits)
+
+
+def read_media_bytes(source: str | bytes, limits: MediaLimits) -> bytes:
+    """The encoded bytes an image source refers to, after every source and size check."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        _check_size(len(data), limits)
+        return data
+    if not isinstance(source, str):
+        raise MediaLoadError(f"An image must be given as a URL string or bytes, got {type(source).__name__}.")
+    if source.startswith("data:"):
+        return _decode_data_url(source, limits)
+    scheme = urlparse(source).scheme.lower()
+    if scheme in ("http", "https"):
+        return _fetch_http(source, limits)
+    if scheme == "file":
+        return _read_local(unquote(urlparse(source).path), limits)
+    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+        return _read_local(source, limits)
+    raise MediaURLError(
+        f"Unsupported image URL scheme {scheme!r}: use a data URL (data:image/...;base64,...)"
+        + (", a file: URL under the allowed media directory" if limits.allowed_local_dir else "")
+        + (", or an http(s) URL on an allowed host" if limits.allowed_hosts else "")
+        + "."
+    )
+
+
+def _check_size(n: int, limits: MediaLimits) -> None:
+    if n > limits.max_bytes:
+        raise MediaTooLargeError(f"The image is {n} bytes, more than the limit of {limits.max_bytes} bytes.")
+
+
+def _decode_data_url(url: str, limits: MediaLimits) -> bytes:
+    header, sep, payload = url.partition(",")
+    if not sep:
+        raise MediaLoadError("Invalid data URL: missing ',' between the header and the data.")
+    media_type, *params = header[len("data:"):].split(";")
+    if media_type and not media_type.lower().startswith("image/"):
+        raise MediaLoadError(f"Invalid data URL: media type {media_type!r} is not an image type.")
+    if "base64" not in (p.lower() for p in params):
+        raise MediaLoadError("Invalid data URL: only base64-encoded data URLs are supported.")
+    # Base64 inflates by 4/3: refuse on the encoded length before allocating the decoded bytes.
+    if len(payload) * 3 // 4 > limits.max_bytes + 3:
+        raise MediaTooLargeError(
+            f"The image is about {len(payload) * 3 // 4} bytes, more than the limit of {limits.max_bytes} bytes."
+        )
+    try:
+        data = base64.b64decode("".join(payload.split()), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise MediaLoadError(f"Invalid data URL: the data is not valid base64 ({e}).") from None
+    _check_size(len(data), limits)
+    return data
+
+
+def _read_local(path: str, limits: MediaLimits) -> bytes:
+    if not limits.allowed_local_dir:
+        raise MediaURLError(
+            "Loading local files is not allowed: no allowed media directory is configured."
+        )
+    root = Path(limits.allowed_local_dir).resolve()
+    p = Path(path)
+    candidate = p if p.is_absolute() else root / p
+    # resolve() follows every symlink and collapses "..": the result must stay under root.
+    resolved = candidate.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise MediaURLError(f"The file {path!r} is outside the allowed media directory.")
+    if not resolved.is_file():
+        raise MediaLoadError(f"The file {path!r} does not exist under the allowed media directory.")
+    size = resolved.stat().st_size
+    _check_size(size, limits)
+    with open(resolved, "rb") as f:
+        data = f.read(limits.max_bytes + 1)  # the file may have grown since stat
+    _check_size(len(data), limits)
+    return data
+
+
+def _fetch_http(url: str, limits: MediaLimits) -> bytes:
+    host = (urlparse(url).hostname or "").lower()
+    allowed = {h.lower() for h in limits.allowed_hosts}
+    if host not in allowed:
+        raise MediaURLError(
+            f"Fetching images from {host or url!r} is not allowed: "
+            + ("the host is not in the allowed media hosts." if allowed else "no media hosts are allowed.")
+        )
+    import urllib.request
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:  # a redirect could leave the allow-list
+            return None
+
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(url, timeout=limits.fetch_timeout_s) as resp:  # noqa: S310 - allow-listed host
+            length = resp.headers.get("Content-Length")
+            if length is not None and length.isdigit():
+                _check_size(int(length), limits)
+            data = resp.read(limits.max_bytes + 1)
+    except MediaLoadError:
+        raise
+    except Exception as e:  # network errors of every kind become one client error
+        raise MediaLoadError(f"Could not fetch the image from {url!r}: {e}") from None
+    _check_size(len(data), limits)
+    return data
+
+
+def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
+    """Decode image bytes, checking the header's pixel count before decoding pixels."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        img = Image.open(io.BytesIO(data))  # lazy: reads the header only
+    except UnidentifiedImageError:
+        raise ImageDecodeError("The data is not an image in a format Pillow can decode.") from None
+    except Image.DecompressionBombError as e:
+        raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
+    except Exception as e:
+        raise ImageDecodeError(f"The image header cannot be read: {e}") from None
+    width, height = img.size
+    if width < 1 or height < 1:
+        raise ImageDecodeError(f"The image has an empty size {width}x{height}.")
+    if width * height > limits.max_pixels:
+        raise ImageTooLargeError(
+            f"The image is {width}x{height} = {width * height} pixels, more than the limit of "
+            f"{limits.max_pixels} pixels."
+        )
+    fmt = img.format
+    try:
+        img.load()
+    except Image.DecompressionBombError as e:
+        raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
+    except Exception as e:  # truncated streams raise OSError, corrupt ones assorted errors
+        raise ImageDecodeError(f"The image data is truncated or corrupt: {e}") from None
+    mode = img.mode
+    rgb = to_rgb_array(img)
+    return LoadedImage(rgb=rgb, source_mode=mode, source_format=fmt)
+
+
+def to_rgb_array(img: "Image.Image") -> np.ndarray:
+    """HF's ``convert_to_rgb``: transparency composited onto white, then an (H, W, 3) uint8 array."""
+    from PIL import Image
+
+    has_alpha = "A" in img.getbands() or img.info.get("transparency") is not None
+    if has_alpha:
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        rgb_img = Image.alpha_composite(background, rgba).convert("RGB")
+    else:
+        rgb_img = img if img.mode == "RGB" else img.convert("RGB")
+    arr = np.ascontiguousarray(np.asarray(rgb_img, dtype=np.uint8))
+    arr.flags.writeable = False
+    return arr

@@ -1,0 +1,54 @@
+"""Which image-processor family a model folder needs, from its configuration files.
+
+Order of evidence: ``config.json`` (``model_type``, ``architectures``, and for Llava the vision
+tower's ``model_type``), then ``preprocessor_config.json``'s ``image_processor_type`` (a folder
+holding only a tokenizer and a preprocessor config also works).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnsupportedMultiModalError
+from .families import ImageFamily, PixtralFamily, Qwen2VLFamily, _read_json
+
+QWEN2_VL_MODEL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+QWEN2_VL_ARCHITECTURES = frozenset({"Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration"})
+PIXTRAL_MODEL_TYPES = frozenset({"pixtral"})
+SUPPORTED = ("qwen2_vl", "pixtral")
+
+
+def detect_family(model_dir: str | Path) -> str | None:
+    """"qwen2_vl", "pixtral", or None when the folder is not a supported vision-language model."""
+    d = Path(model_dir)
+    config = _read_json(d / "config.json")
+    model_type = config.get("model_type")
+    archs = set(config.get("architectures") or ())
+    vision_type = (config.get("vision_config") or {}).get("model_type")
+    if model_type in QWEN2_VL_MODEL_TYPES or archs & QWEN2_VL_ARCHITECTURES:
+        return "qwen2_vl"
+    if model_type in PIXTRAL_MODEL_TYPES or (model_type == "llava" and vision_type == "pixtral"):
+        return "pixtral"
+    ip_type = str(_read_json(d / "preprocessor_config.json").get("image_processor_type") or "")
+    if ip_type.startswith("Qwen2VLImageProcessor"):
+        return "qwen2_vl"
+    if ip_type.startswith("PixtralImageProcessor"):
+        return "pixtral"
+    return None
+
+
+def load_family(model_dir: str | Path) -> ImageFamily:
+    """The configured family for a model folder; refuses folders no family supports."""
+    d = Path(model_dir)
+    name = detect_family(d)
+    config: dict[str, Any] = _read_json(d / "config.json")
+    pp = _read_json(d / "preprocessor_config.json")
+    if name == "qwen2_vl":
+        return Qwen2VLFamily(d, pp, config)
+    if name == "pixtral":
+        return PixtralFamily(d, pp, config, _read_json(d / "processor_config.json"))
+    raise UnsupportedMultiModalError(
+        f"The model in {d} has no supported image processor (model_type {config.get('model_type')!r}); "
+        f"supported families: {', '.join(SUPPORTED)}."
+    )

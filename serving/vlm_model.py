@@ -1,0 +1,146 @@
+"""Build the tiny vision-language model the default image path serves.
+
+No small vision-language weights exist on the package registries, so the model is a
+``Qwen2VLForConditionalGeneration`` from a config (hidden 64, 2 text layers, vision depth 1),
+every weight drawn from a seeded numpy generator in a fixed (sorted) parameter order: the bytes
+are the same on every machine and torch version. It pairs with the offline Qwen3 tokenizer folder
+(``build/tokenizers/qwen3``: ``<|vision_start|>`` 151652, ``<|image_pad|>`` 151655,
+``<|vision_end|>`` 151653) and carries Qwen2-VL's ``preprocessor_config.json`` and chat template,
+so ``renderer.multimodal`` reads its image settings from the folder like from a real checkpoint.
+It generates nonsense, through the real transformers classes.
+
+``max_pixels`` is lowered to 28*28*256 (at most 256 image tokens per image) so a CPU forward stays
+fast; everything else is Qwen2-VL's published preprocessing.
+
+    python -m serving.vlm_model OUT_DIR [--tokenizer-dir build/tokenizers/qwen3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+SEED = 20261203
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "build" / "tokenizers" / "qwen3"
+
+# Qwen2-VL-*-Instruct's template, verbatim in behaviour: each image part becomes
+# <|vision_start|><|image_pad|><|vision_end|>, the placeholder renderer.multimodal expands.
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+MAX_PIXELS = 28 * 28 * 256
+PREPROCESSOR_CONFIG = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "resample": 3,
+    "min_pixels": 56 * 56,
+    "max_pixels": MAX_PIXELS,
+    "size": {"shortest_edge": 56 * 56, "longest_edge": MAX_PIXELS},
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+def _config():  # noqa: ANN202 - transformers type, imported lazily
+    from transformers import Qwen2VLConfig
+
+    return Qwen2VLConfig(
+        text_config={
+            "vocab_size": 151669, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+            # head_dim 16 -> 8 rotary frequencies split over (t, h, w).
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "rope_theta": 1000000.0,
+            "bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
+        },
+        vision_config={
+            "depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2,
+            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+        },
+        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+        vision_end_token_id=151653, tie_word_embeddings=True,
+        architectures=["Qwen2VLForConditionalGeneration"],
+    )
+
+
+def build(out_dir: Path, tokenizer_dir: Path = DEFAULT_TOKENIZER_DIR) -> Path:
+    """Write the model folder (idempotent: an existing complete folder is kept as is)."""
+    out_dir = Path(out_dir)
+    if (out_dir / "config.json").exists() and (out_dir / "model.safetensors").exists():
+        return out_dir
+    import numpy as np
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    torch.manual_seed(0)  # only for init we overwrite; keeps a failed overwrite deterministic too
+    model = Qwen2VLForConditionalGeneration(_config())
+    rng = np.random.default_rng(SEED)
+    state = {}
+    for name, param in sorted(model.state_dict().items()):
+        if name == "lm_head.weight":  # tied to the embeddings
+            continue
+        if name.endswith("bias"):
+            value = np.zeros(param.shape)
+        elif "norm" in name or "ln_" in name:
+            value = np.ones(param.shape)
+        else:
+            value = rng.standard_normal(param.shape) * 0.05
+        state[name] = torch.from_numpy(value.astype(np.float32))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    model.tie_weights()
+
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    for f in TOKENIZER_FILES:
+        shutil.copy2(tokenizer_dir / f, tmp / f)
+    # The Qwen3 text template would win over ours in the tokenizer config: drop it there.
+    tok_cfg = json.loads((tmp / "tokenizer_config.json").read_text(encoding="utf-8"))
+    tok_cfg.pop("chat_template", None)
+    (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n")
+    (tmp / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (tmp / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2) + "\n")
+    (tmp / "generation_config.json").unlink(missing_ok=True)  # carries a version string: not byte-stable
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_TOKENIZER_DIR)
+    a = ap.parse_args(argv)
+    print(build(a.out_dir, a.tokenizer_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
