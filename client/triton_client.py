@@ -205,7 +205,8 @@ class RendererClient:
             while True:
                 result, error = q.get(timeout=self.timeout_s)
                 if error is not None:
-                    raise RequestError(str(error.status()), error.message())
+                    # Triton's gRPC stream carries an error message but no status code.
+                    raise RequestError(str(error.status()) if error.status() else "stream", error.message())
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 text = result.as_numpy("text_output")
                 if text is not None:
@@ -216,18 +217,7 @@ class RendererClient:
             self._client.stop_stream()
 
     def _stream_http(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
-        body: dict[str, Any] = {}
-        for name, arr in tensors.items():
-            v = np.asarray(arr)[0]
-            if name == "prompt_embeds":
-                # JSON carries no raw bytes; the server accepts base64 as well.
-                body[name] = base64.b64encode(v.reshape(-1)[0]).decode()
-            elif v.dtype == np.object_:
-                body[name] = v.reshape(-1)[0].decode()
-            elif v.size == 1 and name != "prompt_token_ids":
-                body[name] = v.reshape(-1)[0].item()
-            else:
-                body[name] = v.tolist()
+        body = _generate_body(tensors)
         req = urllib.request.Request(
             f"http://{self.url}/v2/models/{model}/generate_stream", data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"}, method="POST",
@@ -247,6 +237,29 @@ class RendererClient:
                     raise RequestError("stream", event["error"])
                 ids = event.get("output_ids", [])
                 yield Generated(event.get("text_output", ""), ids if isinstance(ids, list) else [ids])
+
+
+def _generate_body(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Tensors as the JSON body of Triton's generate endpoints (one request, batch of 1)."""
+    body: dict[str, Any] = {}
+    for name, arr in tensors.items():
+        v = np.asarray(arr)[0]
+        if v.dtype == np.object_:
+            if v.size != 1:
+                raise ValueError(f"{name}: the HTTP generate endpoint takes one string per input; use gRPC")
+            raw = v.reshape(-1)[0]
+            if name == "prompt_embeds":
+                body[name] = base64.b64encode(raw).decode()  # JSON carries no raw bytes; base64 is accepted
+                continue
+            try:
+                body[name] = raw.decode() if isinstance(raw, bytes) else str(raw)
+            except UnicodeDecodeError:
+                raise ValueError(f"{name}: not UTF-8, which JSON cannot carry; use gRPC") from None
+        elif v.size == 1 and not name.endswith("token_ids"):
+            body[name] = v.reshape(-1)[0].item()
+        else:
+            body[name] = v.tolist()
+    return body
 
 
 def _rendered(out: dict[str, np.ndarray]) -> Rendered:

@@ -1,4 +1,4 @@
-"""Build the tiny vision-language model the default image path serves.
+"""Build the tiny vision-language models the image path serves (default: Qwen2-VL).
 
 No small vision-language weights exist on the package registries, so the model is a
 ``Qwen2VLForConditionalGeneration`` from a config (hidden 64, 2 text layers, vision depth 1),
@@ -12,7 +12,12 @@ It generates nonsense, through the real transformers classes.
 ``max_pixels`` is lowered to 28*28*256 (at most 256 image tokens per image) so a CPU forward stays
 fast; everything else is Qwen2-VL's published preprocessing.
 
-    python -m serving.vlm_model OUT_DIR [--tokenizer-dir build/tokenizers/qwen3]
+``--family pixtral`` builds the other supported family the same way: a
+``LlavaForConditionalGeneration`` with a Pixtral vision tower (patch 16, longest edge 1024) and a
+Mistral text model, on the Tekken tokenizer folder (``[IMG]`` 10, ``[IMG_BREAK]`` 12,
+``[IMG_END]`` 13), with pixtral-12b's ``preprocessor_config.json`` / ``processor_config.json``.
+
+    python -m serving.vlm_model OUT_DIR [--family qwen2_vl|pixtral] [--tokenizer-dir DIR]
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from pathlib import Path
 
 SEED = 20261203
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "build" / "tokenizers" / "qwen3"
+TOKENIZERS_DIR = Path(__file__).resolve().parent.parent / "build" / "tokenizers"
+DEFAULT_TOKENIZER_DIR = TOKENIZERS_DIR / "qwen3"
+PIXTRAL_TOKENIZER_DIR = TOKENIZERS_DIR / "mistral-tekken-240911"
 
 # Qwen2-VL-*-Instruct's template, verbatim in behaviour: each image part becomes
 # <|vision_start|><|image_pad|><|vision_end|>, the placeholder renderer.multimodal expands.
@@ -68,6 +75,49 @@ PREPROCESSOR_CONFIG = {
 }
 
 
+PIXTRAL_PREPROCESSOR_CONFIG = {
+    "image_processor_type": "PixtralImageProcessor",
+    "processor_class": "PixtralProcessor",
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "resample": 3,
+    "patch_size": {"height": 16, "width": 16},
+    "size": {"longest_edge": 1024},
+}
+PIXTRAL_PROCESSOR_CONFIG = {
+    "processor_class": "PixtralProcessor",
+    "patch_size": 16,
+    "spatial_merge_size": 1,
+    "image_token": "[IMG]",
+    "image_break_token": "[IMG_BREAK]",
+    "image_end_token": "[IMG_END]",
+}
+
+
+def _pixtral_config():  # noqa: ANN202
+    from transformers import LlavaConfig, MistralConfig, PixtralVisionConfig
+
+    return LlavaConfig(
+        vision_config=PixtralVisionConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, head_dim=16,
+            patch_size=16, image_size=1024, num_channels=3,
+        ),
+        text_config=MistralConfig(
+            vocab_size=131072, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+            bos_token_id=1, eos_token_id=2, pad_token_id=11,
+        ),
+        image_token_index=10, projector_hidden_act="gelu", vision_feature_layer=-1,
+        vision_feature_select_strategy="full", multimodal_projector_bias=True, tie_word_embeddings=True,
+        architectures=["LlavaForConditionalGeneration"],
+    )
+
+
 def _config():  # noqa: ANN202 - transformers type, imported lazily
     from transformers import Qwen2VLConfig
 
@@ -89,17 +139,24 @@ def _config():  # noqa: ANN202 - transformers type, imported lazily
     )
 
 
-def build(out_dir: Path, tokenizer_dir: Path = DEFAULT_TOKENIZER_DIR) -> Path:
+def build(out_dir: Path, tokenizer_dir: Path | None = None, family: str = "qwen2_vl") -> Path:
     """Write the model folder (idempotent: an existing complete folder is kept as is)."""
     out_dir = Path(out_dir)
     if (out_dir / "config.json").exists() and (out_dir / "model.safetensors").exists():
         return out_dir
+    if family not in ("qwen2_vl", "pixtral"):
+        raise ValueError(f"family must be 'qwen2_vl' or 'pixtral', got {family!r}")
     import numpy as np
     import torch
-    from transformers import Qwen2VLForConditionalGeneration
+    from transformers import LlavaForConditionalGeneration, Qwen2VLForConditionalGeneration
 
     torch.manual_seed(0)  # only for init we overwrite; keeps a failed overwrite deterministic too
-    model = Qwen2VLForConditionalGeneration(_config())
+    if family == "pixtral":
+        tokenizer_dir = tokenizer_dir or PIXTRAL_TOKENIZER_DIR
+        model = LlavaForConditionalGeneration(_pixtral_config())
+    else:
+        tokenizer_dir = tokenizer_dir or DEFAULT_TOKENIZER_DIR
+        model = Qwen2VLForConditionalGeneration(_config())
     rng = np.random.default_rng(SEED)
     state = {}
     for name, param in sorted(model.state_dict().items()):
@@ -121,13 +178,20 @@ def build(out_dir: Path, tokenizer_dir: Path = DEFAULT_TOKENIZER_DIR) -> Path:
     model.save_pretrained(tmp)
     for f in TOKENIZER_FILES:
         shutil.copy2(tokenizer_dir / f, tmp / f)
+    (tmp / "generation_config.json").unlink(missing_ok=True)  # carries a version string: not byte-stable
+    if family == "pixtral":
+        shutil.copy2(tokenizer_dir / "chat_template.jinja", tmp / "chat_template.jinja")
+        (tmp / "preprocessor_config.json").write_text(json.dumps(PIXTRAL_PREPROCESSOR_CONFIG, indent=2) + "\n")
+        (tmp / "processor_config.json").write_text(json.dumps(PIXTRAL_PROCESSOR_CONFIG, indent=2) + "\n")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.rename(out_dir)
+        return out_dir
     # The Qwen3 text template would win over ours in the tokenizer config: drop it there.
     tok_cfg = json.loads((tmp / "tokenizer_config.json").read_text(encoding="utf-8"))
     tok_cfg.pop("chat_template", None)
     (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n")
     (tmp / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
     (tmp / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2) + "\n")
-    (tmp / "generation_config.json").unlink(missing_ok=True)  # carries a version string: not byte-stable
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return out_dir
@@ -136,9 +200,11 @@ def build(out_dir: Path, tokenizer_dir: Path = DEFAULT_TOKENIZER_DIR) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_TOKENIZER_DIR)
+    ap.add_argument("--family", choices=("qwen2_vl", "pixtral"), default="qwen2_vl")
+    ap.add_argument("--tokenizer-dir", type=Path, default=None,
+                    help="tokenizer folder (default: build/tokenizers/qwen3, or mistral-tekken-240911 for pixtral)")
     a = ap.parse_args(argv)
-    print(build(a.out_dir, a.tokenizer_dir))
+    print(build(a.out_dir, a.tokenizer_dir, a.family))
     return 0
 
 

@@ -130,7 +130,7 @@ def random_request(rng: random.Random, model: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.timeout(int(TIME_BUDGET_S) + 300)
-def test_fuzz_every_client_facing_model(server):
+def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException, np_to_triton_dtype
@@ -168,6 +168,16 @@ def test_fuzz_every_client_facing_model(server):
             return
         rng = random.Random(i)
         c = clients()
+        if i % 5 == 0:
+            # Valid requests interleaved with the garbage must still be answered correctly.
+            text = "".join(rng.choice(string.ascii_letters + " 中🦩") for _ in range(rng.randrange(1, 80)))
+            try:
+                got = c.gen["grpc" if i % 2 else "http"].render_completion(text).input_ids
+                ok = got == hf_tokenizer(text).input_ids
+                record("ok" if ok else "unexpected", f"wrong ids for {text!r}")
+            except RequestError as e:
+                record("unexpected", f"valid request refused: {e.message[:200]}")
+            return
         generate = rng.random() < 0.15
         model = rng.choice(GENERATE_MODELS if generate else RENDER_MODELS)
         tensors = random_request(rng, model)
@@ -176,7 +186,10 @@ def test_fuzz_every_client_facing_model(server):
         protocol = "grpc" if i % 2 else "http"
         try:
             if generate:
-                list(c.gen[protocol].stream(model, tensors))
+                try:
+                    list(c.gen[protocol].stream(model, tensors))
+                except ValueError:  # not expressible as generate-endpoint JSON: gRPC carries anything
+                    list(c.gen["grpc"].stream(model, tensors))
             else:
                 mod = grpcclient if protocol == "grpc" else httpclient
                 inputs = []
@@ -187,7 +200,13 @@ def test_fuzz_every_client_facing_model(server):
                 (c.grpc if protocol == "grpc" else c.http).infer(model, inputs)
             record("ok")
         except RequestError as e:
-            ok = e.status in CLIENT_ERROR or (e.status == "stream" and e.message)
+            if e.status == "500" and e.message.startswith("Unable to parse JSON"):
+                # Triton's own HTTP generate front end answers 500 when a JSON value has the
+                # wrong type for an input; the request never reaches a model (docs/RELIABILITY.md).
+                record("triton generate-endpoint JSON type error (500)")
+                return
+            # gRPC streams carry no status code ("stream"), only the message.
+            ok = e.status in CLIENT_ERROR or (e.status == "stream" and bool(e.message))
             record("client error" if ok else "unexpected", f"{model} {protocol} {e.status}: {e.message[:200]}")
         except InferenceServerException as e:
             status = str(e.status())
@@ -206,7 +225,9 @@ def test_fuzz_every_client_facing_model(server):
     new_log = Path(server.log_file).read_bytes()[log_before:].decode(errors="replace")
     print(f"\nfuzz outcomes: {outcomes}; server+stubs RSS {mem_before:.0f} MB -> {mem_after:.0f} MB")
     assert not bad, "unexpected responses:\n" + "\n".join(bad)
-    assert outcomes.get("ok", 0) + outcomes.get("client error", 0) >= min(N_REQUESTS, 2000)
+    frontend = outcomes.get("triton generate-endpoint JSON type error (500)", 0)
+    assert frontend < 0.01 * N_REQUESTS
+    assert outcomes.get("ok", 0) + outcomes.get("client error", 0) + frontend >= min(N_REQUESTS, 2000)
     assert outcomes.get("ok", 0) > 0 and outcomes.get("client error", 0) > 0
     assert set(stubs_after) == set(stubs_before), "a stub process died or was restarted"
     for marker in ("Non-graceful termination", "Stub process", "unhealthy", "Segmentation", "Signal ("):

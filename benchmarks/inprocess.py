@@ -1,0 +1,163 @@
+"""In-process baselines on the benchmark inputs: the same work without a server, one process, one core.
+
+For each input file it times, for about SECONDS each, in this one process:
+
+- completions: transformers ``tokenizer(batch)`` in batches of 64, transformers ``tokenizer(prompt)``
+  one request at a time, and this project's ``Renderer.render_batch`` one at a time and in batches
+  of 64 (what one ``tokenize`` instance does per dynamic batch);
+- chats: transformers ``apply_chat_template(tokenize=True)`` and this project's ``ChatRenderer``
+  followed by ``Renderer.render_batch`` (the ``chat_render`` + ``tokenize`` stages, minus Triton);
+- vLLM's own renderer in process (``benchmarks.vllm_inprocess`` in the peer venv's python) when
+  the peer venv exists.
+
+Run as its own process with ``TOKENIZERS_PARALLELISM=false`` and ``OMP_NUM_THREADS=1`` (set by
+``main``) so batch encodes stay on one core: requests/s of a single process.
+
+    python -m benchmarks.inprocess --seconds 3 [--expected ids.json] [--vllm-python PY] NAME ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCH = 64
+
+
+def _rate(fn: Callable[[int], int], seconds: float) -> tuple[float, int]:
+    """Call fn(i) (which returns how many requests it handled) repeatedly for ``seconds``."""
+    n = i = 0
+    t0 = time.perf_counter()
+    while True:
+        n += fn(i)
+        i += 1
+        el = time.perf_counter() - t0
+        if el >= seconds:
+            return n / el, n
+
+
+def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, list[list[int]]] | None = None,
+        vllm_python: str | None = None) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from benchmarks.make_inputs import load
+    from renderer import Renderer, RendererConfig
+    from renderer.chat import ChatParams, ChatRenderer
+    from renderer.prompts import TextPrompt
+
+    hf = AutoTokenizer.from_pretrained(model_dir)
+    renderer = Renderer.from_config(RendererConfig(model_dir=model_dir))
+    chat = ChatRenderer.from_model_dir(model_dir, mm_limits={})
+    chat.warmup()
+    cmpl_params = renderer.request_params(None)
+    chat_tok_params = renderer.request_params(None, chat=True)
+
+    def ours_completion(batch: list[dict]) -> list[list[int]]:
+        out = renderer.render_batch([renderer.render_prompt(TextPrompt(r["prompt"])) for r in batch],
+                                    [cmpl_params] * len(batch))
+        return [o.prompt_token_ids for o in out]
+
+    def ours_chat(r: dict) -> list[int]:
+        rendered = chat.render_messages(r["messages"], ChatParams.from_request(r.get("chat_params") or None))
+        (out,) = renderer.render_batch([TextPrompt(rendered.prompt)], [chat_tok_params])
+        return out.prompt_token_ids
+
+    def hf_chat(r: dict) -> list[int]:
+        cp = r.get("chat_params") or {}
+        enc = hf.apply_chat_template(r["messages"], tools=cp.get("tools"), tokenize=True,
+                                     add_generation_prompt=cp.get("add_generation_prompt", True),
+                                     continue_final_message=cp.get("continue_final_message", False))
+        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
+        return list(ids)
+
+    rows: list[dict[str, Any]] = []
+    checks: dict[str, Any] = {}
+
+    def add(name: str, baseline: str, rate_n: tuple[float, int], note: str = "") -> None:
+        rows.append({"input": name, "baseline": baseline, "requests_per_s": rate_n[0], "requests": rate_n[1],
+                     "note": note})
+
+    for name in names:
+        reqs = load(name)
+        if "prompt" in reqs[0]:
+            prompts = [r["prompt"] for r in reqs]
+            batches = [reqs[i:i + BATCH] for i in range(0, len(reqs), BATCH)]
+            pbatches = [prompts[i:i + BATCH] for i in range(0, len(prompts), BATCH)]
+            ours_ids = [ids for b in batches for ids in ours_completion(b)]
+            hf_ids = [list(x) for x in hf(prompts)["input_ids"]]
+            checks[name] = {"ours_inprocess_vs_transformers": _diff(ours_ids, hf_ids)}
+            add(name, "transformers tokenizer(batch of 64)",
+                _rate(lambda i: len(hf(pbatches[i % len(pbatches)])["input_ids"]), seconds))
+            add(name, "transformers tokenizer(prompt), one at a time",
+                _rate(lambda i: (hf(prompts[i % len(prompts)]), 1)[1], seconds))
+            add(name, "ours Renderer.render_batch, one at a time",
+                _rate(lambda i: len(ours_completion([reqs[i % len(reqs)]])), seconds))
+            add(name, "ours Renderer.render_batch(batch of 64)",
+                _rate(lambda i: len(ours_completion(batches[i % len(batches)])), seconds))
+        else:
+            ours_ids = [ours_chat(r) for r in reqs]
+            hf_ids = [hf_chat(r) for r in reqs]
+            checks[name] = {"ours_inprocess_vs_transformers": _diff(ours_ids, hf_ids)}
+            add(name, "transformers apply_chat_template(tokenize=True)",
+                _rate(lambda i: (hf_chat(reqs[i % len(reqs)]), 1)[1], seconds))
+            add(name, "ours ChatRenderer + Renderer, one at a time",
+                _rate(lambda i: (ours_chat(reqs[i % len(reqs)]), 1)[1], seconds))
+        if expected and name in expected:
+            checks[name]["ours_inprocess_vs_server"] = _diff(ours_ids, expected[name])
+
+    vllm: dict[str, Any] = {"status": "skipped", "reason": "no peer venv (make bench-peer builds it)"}
+    if vllm_python and Path(vllm_python).exists():
+        vllm = run_vllm(vllm_python, model_dir, names, seconds)
+        for name, res in vllm.get("inputs", {}).items():
+            add(name, "vLLM renderer in process (render_cmpl / render_chat), one at a time",
+                (res["requests_per_s"], res["requests"]))
+            if expected and name in expected:
+                checks.setdefault(name, {})["vllm_inprocess_vs_server"] = _diff(res.pop("ids"), expected[name])
+            else:
+                res.pop("ids", None)
+    return {"rows": rows, "checks": checks, "vllm": {k: v for k, v in vllm.items() if k != "inputs"}}
+
+
+def run_vllm(python: str, model_dir: str, names: list[str], seconds: float) -> dict[str, Any]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run([python, "-m", "benchmarks.vllm_inprocess", model_dir, str(seconds), *names],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"status": "failed", "reason": proc.stderr[-2000:]}
+    return {"status": "ran", "inputs": json.loads(proc.stdout)}
+
+
+def _diff(a: list[list[int]], b: list[list[int]]) -> dict[str, int]:
+    return {"checked": len(b), "mismatched": sum(1 for x, y in zip(a, b) if list(x) != list(y)) + abs(len(a) - len(b))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="+")
+    ap.add_argument("--model-dir", default=str(ROOT / "build" / "models" / "smollm2-135m-instruct"))
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--expected", help="JSON {input: [ids per request]} from our server, to check against")
+    ap.add_argument("--vllm-python", help="the peer venv's python, for vLLM's renderer in process")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    expected = json.loads(Path(a.expected).read_text()) if a.expected else None
+    out = run(a.model_dir, a.names, a.seconds, expected, a.vllm_python)
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    # One core: no Rust-side parallel batch encode, one BLAS thread (set before the imports).
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())

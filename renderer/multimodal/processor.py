@@ -1,0 +1,306 @@
+"""``MultiModalProcessor``: images of a prompt to tensors, expanded ids and placeholder ranges.
+
+One call does, in order (cheap checks first, so a bad request fails before any decoding):
+
+1. validate ``media_io_kwargs`` and ``mm_processor_kwargs``; refuse unsupported modalities and
+   ``image_embeds``; apply vLLM's per-prompt item limit and its uuid rule;
+2. count the placeholder tokens in the prompt (Qwen2-VL ``<|image_pad|>``, Pixtral ``[IMG]``):
+   one per item, else vLLM's "Expected there to be N prompt updates ..." error;
+3. per item: with a ``uuid``, look it up in the processor cache (no decoding on a hit; a uuid
+   without data must hit); otherwise load and decode it (limits in ``media``), hash the pixels
+   and look that up; process on a miss (Pillow resize + numba kernels);
+4. replace each placeholder token by the item's run and record its range (vLLM's
+   ``PlaceholderRange`` semantics: offset of the run's first token in the new ids, length of the
+   run; Pixtral's run includes its ``[IMG_BREAK]``/``[IMG_END]`` tokens, Qwen2-VL's is the
+   ``<|image_pad|>`` run between the vision start/end tokens it keeps);
+5. collate the family's tensors (see ``MultiModalOutput``).
+
+The processed tensors travel in the output: the cache only saves work (see ``cache``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..chat.messages import MultiModalItem
+from ..errors import (
+    MultiModalCacheMissError,
+    MultiModalPlaceholderCountError,
+    UnsupportedMultiModalError,
+)
+from .cache import CacheStats, ProcessorCache
+from .families import ImageFamily, PixtralFamily, ProcessedImage, Qwen2VLFamily
+from .identity import content_hash, uuid_key, validate_mm_uuids
+from .media import MediaLimits, check_item_count, check_media_io_kwargs, load_image
+from .registry import load_family
+
+DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PlaceholderRange:
+    """Where one item's tokens sit in the expanded ``input_ids`` (vLLM's ``PlaceholderRange``)."""
+
+    offset: int
+    """Index of the first token of the item's run."""
+
+    length: int
+    """Number of tokens in the run."""
+
+
+@dataclass(frozen=True)
+class MultiModalOutput:
+    """What the multimodal stage hands on: expanded ids, the family's tensors, item identities.
+
+    Tensor layouts (numpy on CPU; torch tensors on the processor's device for ``device="cuda"``):
+
+    * Qwen2-VL: ``pixel_values`` float32 [total_patches, 3 * temporal_patch_size * patch**2]
+      (items concatenated in order, as ``Qwen2VLImageProcessor`` returns them);
+      ``image_grid_thw`` int64 [num_images, 3]; ``image_sizes`` None.
+    * Pixtral: ``pixel_values`` float32 [num_images, 3, max_H, max_W], each image at the top-left
+      and zero-padded (HF's ``do_pad`` batch; ``pixel_values[i, :, :h, :w]`` is image i);
+      ``image_sizes`` int64 [num_images, 2] as (h, w); ``image_grid_thw`` None.
+    """
+
+    input_ids: list[int]
+    """Prompt ids with every placeholder token replaced by its item's run."""
+
+    pixel_values: Any
+    """The family's pixel tensor (see the class docstring)."""
+
+    image_grid_thw: np.ndarray | None
+    """Qwen2-VL: int64 [num_images, 3] (grid_t, grid_h, grid_w); None for Pixtral."""
+
+    image_sizes: np.ndarray | None
+    """Pixtral: int64 [num_images, 2] (height, width) after resizing; None for Qwen2-VL."""
+
+    placeholders: tuple[PlaceholderRange, ...]
+    """One range per item, in item order."""
+
+    hashes: tuple[str, ...]
+    """One identity per item: the uuid (hashed with per-request kwargs if any) or the content hash."""
+
+    cache_hits: int
+    """How many items came from the processor cache."""
+
+    family: str
+    """"qwen2_vl" or "pixtral"."""
+
+    def mm_placeholders_array(self) -> np.ndarray:
+        """int32 [num_items, 2] (offset, length): the ``mm_placeholders`` tensor."""
+        return np.array([(p.offset, p.length) for p in self.placeholders], dtype=np.int32).reshape(-1, 2)
+
+    def tensors(self) -> dict[str, Any]:
+        """The family's model inputs by their HF names (``pixel_values`` + grid or sizes)."""
+        out: dict[str, Any] = {"pixel_values": self.pixel_values}
+        if self.image_grid_thw is not None:
+            out["image_grid_thw"] = self.image_grid_thw
+        if self.image_sizes is not None:
+            out["image_sizes"] = self.image_sizes
+        return out
+
+
+class MultiModalProcessor:
+    """Images for one model family: loading, processing, caching, placeholder expansion."""
+
+    def __init__(self, family: ImageFamily, *, limits: MediaLimits | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, device: str = "cpu", max_workers: int | None = None) -> None:
+        if device != "cpu" and not device.startswith("cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        self.family = family
+        self.limits = limits or MediaLimits()
+        self.device = device
+        self.cache: ProcessorCache[ProcessedImage] = ProcessorCache(cache_bytes, lambda p: p.nbytes)
+        self._max_workers = max_workers or min(4, os.cpu_count() or 1)
+        self._executor: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path, *, limits: MediaLimits | None = None,
+                       cache_bytes: int = DEFAULT_CACHE_BYTES, device: str = "cpu") -> "MultiModalProcessor":
+        """The processor a model folder's ``config.json`` / ``preprocessor_config.json`` call for."""
+        return cls(load_family(model_dir), limits=limits, cache_bytes=cache_bytes, device=device)
+
+    # --- what other stages need to know ---------------------------------------------------------
+
+    @property
+    def placeholder_text(self) -> str:
+        """Text a chat template in "string" content format should see for one image part."""
+        return self.family.placeholder_text
+
+    @property
+    def placeholder_token_id(self) -> int:
+        """The single token that marks an image in the (unexpanded) prompt ids."""
+        return self.family.placeholder_token_id
+
+    def cache_stats(self) -> CacheStats:
+        return self.cache.stats()
+
+    def mm_token_type_ids(self, input_ids: Sequence[int]) -> np.ndarray:
+        """1 where an image feature token sits, else 0 (HF Qwen2-VL's ``mm_token_type_ids``)."""
+        fam = self.family
+        ids = np.asarray(input_ids, dtype=np.int64)
+        if isinstance(fam, PixtralFamily):
+            return (ids == fam.img_id).astype(np.int32)
+        return (ids == fam.placeholder_token_id).astype(np.int32)
+
+    def warmup(self) -> None:
+        from . import kernels
+
+        kernels.warmup()
+
+    # --- processing -----------------------------------------------------------------------------
+
+    def process(
+        self,
+        prompt_ids: Sequence[int],
+        items: Sequence[MultiModalItem],
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
+        media_io_kwargs: Mapping[str, Any] | None = None,
+    ) -> MultiModalOutput:
+        fam = self.family
+        check_media_io_kwargs(media_io_kwargs)
+        kwargs = fam.resolve_kwargs(mm_processor_kwargs)
+        for it in items:
+            if it.modality != "image":
+                raise UnsupportedMultiModalError(f"Modality {it.modality!r} is not supported; only 'image' is.")
+            if it.source != "image_url":
+                raise UnsupportedMultiModalError(
+                    f"{it.source} inputs are not supported for {fam.name} models; send the image as image_url."
+                )
+        check_item_count("image", len(items), self.limits)
+        validate_mm_uuids({"image": [it.data for it in items]}, {"image": [it.uuid for it in items]})
+
+        ids = list(prompt_ids)
+        target = fam.placeholder_token_id
+        positions = [i for i, t in enumerate(ids) if t == target]
+        if len(positions) != len(items):
+            n = len(items)
+            raise MultiModalPlaceholderCountError(
+                f"Expected there to be {n} prompt updates corresponding to {n} image items, but instead "
+                f"found {len(positions)} prompt updates! This is likely because you forgot to include input "
+                "placeholder tokens (e.g., `<image>`, `<|image_pad|>`) in the prompt. If the model has a chat "
+                "template, make sure you have applied it before calling `LLM.generate`."
+            )
+
+        settings = {**fam.base_settings(), **kwargs}
+        processed: list[ProcessedImage] = []
+        hashes: list[str] = []
+        hits = 0
+        for i, it in enumerate(items):
+            p, key, hit = self._one(i, it, kwargs, settings)
+            processed.append(p)
+            hashes.append(key)
+            hits += hit
+
+        new_ids: list[int] = []
+        ranges: list[PlaceholderRange] = []
+        prev = 0
+        for pos, p in zip(positions, processed):
+            new_ids.extend(ids[prev:pos])
+            ranges.append(PlaceholderRange(len(new_ids) + p.embed_offset, len(p.tokens) - p.embed_offset))
+            new_ids.extend(p.tokens)
+            prev = pos + 1
+        new_ids.extend(ids[prev:])
+
+        tensors = self._collate(processed)
+        return MultiModalOutput(
+            input_ids=new_ids,
+            pixel_values=tensors["pixel_values"],
+            image_grid_thw=tensors.get("image_grid_thw"),
+            image_sizes=tensors.get("image_sizes"),
+            placeholders=tuple(ranges),
+            hashes=tuple(hashes),
+            cache_hits=hits,
+            family=fam.name,
+        )
+
+    async def process_async(
+        self,
+        prompt_ids: Sequence[int],
+        items: Sequence[MultiModalItem],
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
+        media_io_kwargs: Mapping[str, Any] | None = None,
+    ) -> MultiModalOutput:
+        """``process`` on a worker thread (kernels release the GIL; the cache is thread-safe)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="mm-process")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self.process, prompt_ids, items, mm_processor_kwargs, media_io_kwargs
+        )
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    def _one(self, i: int, it: MultiModalItem, kwargs: Mapping[str, Any],
+             settings: Mapping[str, Any]) -> tuple[ProcessedImage, str, bool]:
+        fam, device = self.family, self.device
+        if it.uuid is not None:
+            key = uuid_key(it.uuid, kwargs)
+            if it.data is None:
+                cached = self.cache.get(key)
+                if cached is None:
+                    raise MultiModalCacheMissError(
+                        f"multi_modal_data['image'][{i}] is empty and multi_modal_uuids['image'][{i}]="
+                        f"{it.uuid!r} is not in the processor cache (never sent, or evicted); send the "
+                        "image data with that uuid again."
+                    )
+                return cached, key, True
+            value, hit = self.cache.get_or_process(
+                key, lambda: fam.process(load_image(it.data, self.limits), kwargs, device)
+            )
+            return value, key, hit
+        img = load_image(it.data, self.limits)
+        key = content_hash(img.rgb, settings)
+        value, hit = self.cache.get_or_process(key, lambda: fam.process(img, kwargs, device))
+        return value, key, hit
+
+    def _collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
+        fam = self.family
+        if not processed:
+            return fam.empty_tensors()
+        pvs = [p.pixel_values for p in processed]
+        on_cpu = isinstance(pvs[0], np.ndarray)
+        if isinstance(fam, Qwen2VLFamily):
+            if on_cpu:
+                pv = np.concatenate(pvs, axis=0)
+            else:
+                import torch
+
+                pv = torch.cat(pvs, dim=0)
+            return {"pixel_values": pv, "image_grid_thw": np.array([p.grid for p in processed], dtype=np.int64)}
+        sizes = np.array([p.grid for p in processed], dtype=np.int64)
+        mh, mw = int(sizes[:, 0].max()), int(sizes[:, 1].max())
+        if on_cpu:
+            pv = np.zeros((len(pvs), 3, mh, mw), dtype=np.float32)
+        else:
+            import torch
+
+            pv = torch.zeros((len(pvs), 3, mh, mw), dtype=torch.float32, device=pvs[0].device)
+        for j, (x, (h, w)) in enumerate(zip(pvs, sizes)):
+            pv[j, :, :h, :w] = x
+        return {"pixel_values": pv, "image_sizes": sizes}
+
+
+def items_from_mm_data(mm_data: Mapping[str, Any], mm_uuids: Mapping[str, Any] | None = None) -> list[MultiModalItem]:
+    """vLLM-style ``multi_modal_data`` / ``multi_modal_uuids`` dicts as ``MultiModalItem``s (checked)."""
+    validate_mm_uuids(mm_data, mm_uuids)
+    out: list[MultiModalItem] = []
+    for m, items in mm_data.items():
+        seq = [] if items is None else (list(items) if isinstance(items, (list, tuple)) else [items])
+        u = (mm_uuids or {}).get(m)
+        uuids = [None] * len(seq) if u is None else ([u] if isinstance(u, str) else list(u))
+        if not seq:
+            seq = [None] * len(uuids)
+        for j, (d, uid) in enumerate(zip(seq, uuids)):
+            out.append(MultiModalItem(m, "image_url", d, uid, -1, j))
+    return out
