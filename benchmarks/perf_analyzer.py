@@ -103,7 +103,6 @@ class Row:
     p50_ms: float
     p90_ms: float
     p99_ms: float
-    avg_ms: float
 
 
 def run(model: str, url: str, protocol: str, input_data: Path, concurrency: int, *, quick: bool = False,
@@ -132,7 +131,7 @@ def parse_csv(text: str) -> list[Row]:
     for r in csv.DictReader(io.StringIO(text)):
         us = lambda k: float(r[k]) / 1000.0  # noqa: E731 - perf_analyzer writes microseconds
         rows.append(Row(int(r["Concurrency"]), float(r["Inferences/Second"]), us("p50 latency"),
-                        us("p90 latency"), us("p99 latency"), us("Avg latency")))
+                        us("p90 latency"), us("p99 latency")))
     return rows
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import string
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+WATCHDOG_HEADER = "watchdog-token"
 TEMPLATES = ROOT / "model_repository"
 
 
@@ -213,7 +215,7 @@ def server_env() -> dict[str, str]:
     return env
 
 
-def server_command(s: Settings) -> list[str]:
+def server_command(s: Settings, watchdog_token: str) -> list[str]:
     home = triton_home()
     cmd = [
         str(home / "bin" / "tritonserver"),
@@ -229,10 +231,13 @@ def server_command(s: Settings) -> list[str]:
         f"--log-verbose={s.log_verbose}",
         "--backend-config=python,shm-default-byte-size=4194304",
     ]
-    if s.models:
-        # Explicit mode loads only these; loading an ensemble loads the models it composes.
-        cmd.append("--model-control-mode=explicit")
-        cmd += [f"--load-model={m.strip()}" for m in s.models.split(",") if m.strip()]
+    # Explicit mode, so the watchdog can reload a model whose stub died; only the watchdog
+    # holds the token the repository API asks for. Loading an ensemble loads its steps.
+    cmd.append("--model-control-mode=explicit")
+    models = [m.strip() for m in s.models.split(",") if m.strip()] or ["*"]
+    cmd += [f"--load-model={m}" for m in models]
+    cmd += [f"--http-restricted-api=model-repository:{WATCHDOG_HEADER}={watchdog_token}",
+            f"--grpc-restricted-protocol=model-repository:{WATCHDOG_HEADER}={watchdog_token}"]
     if not gpu_visible():
         cmd += [
             "--pinned-memory-pool-byte-size=0",
@@ -288,11 +293,13 @@ def start(s: Settings) -> int:
     prepare(s)
     s.build.mkdir(parents=True, exist_ok=True)
     log = open(s.log_file, "ab")
+    token = secrets.token_hex(16)
     proc = subprocess.Popen(
-        server_command(s), env=server_env(), stdout=log, stderr=subprocess.STDOUT,
+        server_command(s, token), env=server_env(), stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     s.pid_file.write_text(str(proc.pid))
+    start_watchdog(s, proc.pid, token)
     deadline = time.monotonic() + s.startup_timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -336,10 +343,25 @@ def _reap(pid: int) -> None:
         pass
 
 
+def start_watchdog(s: Settings, server_pid: int, token: str) -> None:
+    """Beside the server: reloads a model whose stub died (serving/watchdog.py says why)."""
+    env = {**server_env(), "WATCHDOG_TOKEN": token}
+    with open(s.build / "watchdog.log", "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "serving.watchdog", "--server-pid", str(server_pid), "--http-url", s.http_url],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT),
+        )
+
+
 def serve(s: Settings) -> int:
     prepare(s)
-    print("$ " + " ".join(server_command(s)), flush=True)
-    os.execve(server_command(s)[0], server_command(s), server_env())
+    s.build.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    cmd = server_command(s, token)
+    print("$ " + " ".join(c if token not in c else c.replace(token, "***") for c in cmd), flush=True)
+    # exec keeps this pid, so the watchdog started now watches the server itself.
+    start_watchdog(s, os.getpid(), token)
+    os.execve(cmd[0], cmd, server_env())
 
 
 def main(argv: list[str] | None = None) -> int:

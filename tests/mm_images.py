@@ -8,6 +8,7 @@ with seeded noise so resampling filters see both edges and flat areas.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import struct
 import zlib
@@ -19,17 +20,19 @@ from PIL import Image
 SEED = 1234
 
 
-def _pixels(h: int, w: int, c: int, seed: int) -> np.ndarray:
+def _pixels(h: int, w: int, c: int, seed: int, block: int = 1) -> np.ndarray:
     rng = np.random.default_rng(SEED + seed)
     yy, xx = np.mgrid[0:h, 0:w]
     base = np.stack([(xx * 255 // max(w - 1, 1)), (yy * 255 // max(h - 1, 1)), ((xx + yy) * 7) % 256], -1)
     base = np.concatenate([base] * ((c + 2) // 3), -1)[..., :c]
-    noise = rng.integers(-40, 41, size=(h, w, c))
+    # block > 1: noise constant over block x block squares, so big images stay a few MB as PNG
+    noise = rng.integers(-40, 41, size=(-(-h // block), -(-w // block), c))
+    noise = noise.repeat(block, 0).repeat(block, 1)[:h, :w]
     return np.clip(base + noise, 0, 255).astype(np.uint8)
 
 
-def rgb(w: int, h: int, seed: int = 0) -> Image.Image:
-    return Image.fromarray(_pixels(h, w, 3, seed), "RGB")
+def rgb(w: int, h: int, seed: int = 0, block: int = 1) -> Image.Image:
+    return Image.fromarray(_pixels(h, w, 3, seed, block), "RGB")
 
 
 def rgba(w: int, h: int, seed: int = 1) -> Image.Image:
@@ -64,7 +67,7 @@ IMAGES: dict[str, Callable[[], Image.Image]] = {
     "one_pixel_1x1": lambda: rgb(1, 1, 5),
     "wide_2000x20": lambda: rgb(2000, 20, 6),
     "tall_20x2000": lambda: rgb(20, 2000, 7),
-    "big_4000x3000": lambda: rgb(4000, 3000, 8),
+    "big_4000x3000": lambda: rgb(4000, 3000, 8, block=8),
     "tiny_3x5": lambda: rgb(3, 5, 9),
     "odd_333x77": lambda: rgb(333, 77, 10),
     "odd_1025x1023": lambda: rgb(1025, 1023, 11),
@@ -73,8 +76,15 @@ IMAGES: dict[str, Callable[[], Image.Image]] = {
 
 def encode(img: Image.Image, fmt: str = "PNG") -> bytes:
     buf = io.BytesIO()
-    img.save(buf, format=fmt)
+    opts = {"PNG": {"compress_level": 1}, "WEBP": {"lossless": True}}.get(fmt, {})
+    img.save(buf, format=fmt, **opts)
     return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=None)
+def png(name: str) -> bytes:
+    """``IMAGES[name]`` as PNG bytes, encoded once per process."""
+    return encode(IMAGES[name]())
 
 
 def data_url(img_or_bytes: Image.Image | bytes, fmt: str = "PNG") -> str:

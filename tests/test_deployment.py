@@ -239,7 +239,7 @@ def test_triton_home_override(monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_HOME", raising=False)
     assert launch.triton_home() == launch.site_packages() / "pytriton" / "tritonserver"
     monkeypatch.setenv("TRITON_HOME", str(tmp_path))
-    cmd = launch.server_command(launch.Settings(build_dir=str(tmp_path / "b")))
+    cmd = launch.server_command(launch.Settings(build_dir=str(tmp_path / "b")), "token")
     assert cmd[0] == str(tmp_path / "bin" / "tritonserver")
     assert f"--backend-directory={tmp_path / 'backends'}" in cmd
 

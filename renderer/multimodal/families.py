@@ -21,6 +21,7 @@ is bit-identical (see ``kernels``).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -88,14 +89,24 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def token_id(model_dir: Path, token: str) -> int | None:
     """Id of a special token from the folder's ``tokenizer.json`` (added tokens, then vocab)."""
-    data = _read_json(model_dir / "tokenizer.json")
-    for t in data.get("added_tokens", []):
-        if t.get("content") == token:
-            return int(t["id"])
+    path = model_dir / "tokenizer.json"
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return _token_ids(str(path.resolve()), st.st_mtime_ns, st.st_size).get(token)
+
+
+@functools.lru_cache(maxsize=8)
+def _token_ids(path: str, mtime_ns: int, size: int) -> dict[str, int]:
+    # Parsing a 10-20 MB tokenizer.json takes a second: once per file version is enough.
+    data = _read_json(Path(path))
+    ids: dict[str, int] = {}
     vocab = data.get("model", {}).get("vocab")
-    if isinstance(vocab, dict) and token in vocab:
-        return int(vocab[token])
-    return None
+    if isinstance(vocab, dict):
+        ids.update({k: int(v) for k, v in vocab.items() if k.startswith(("<|", "["))})
+    ids.update({t["content"]: int(t["id"]) for t in data.get("added_tokens", []) if "content" in t})
+    return ids
 
 
 def _require_token(model_dir: Path, token: str, configured: Any = None) -> int:

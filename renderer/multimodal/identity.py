@@ -36,6 +36,16 @@ def content_hash(rgb: np.ndarray, settings: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
+def bytes_key(data: bytes, settings: Mapping[str, Any]) -> str:
+    """Digest of encoded bytes + settings: an index to a content hash, never an identity itself."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(_VERSION)
+    h.update(b"bytes\0")
+    h.update(_settings_bytes(settings))
+    h.update(data)
+    return h.hexdigest()
+
+
 def uuid_key(uuid: str, request_kwargs: Mapping[str, Any]) -> str:
     """The identity of a uuid-named item: the uuid itself, or hashed with per-request kwargs."""
     if not request_kwargs:

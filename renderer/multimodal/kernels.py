@@ -130,7 +130,7 @@ def patchify_qwen(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temp
 def normalize_chw_torch(img: np.ndarray, lut: np.ndarray, device: str) -> Any:
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(img)).to(device).long()  # (H, W, C)
+    t = torch.tensor(img, device=device, dtype=torch.long)  # (H, W, C); copies (the input is read-only)
     table = torch.from_numpy(lut).to(device)
     c = t.shape[-1]
     offsets = torch.arange(c, device=device) * 256

@@ -7,7 +7,8 @@ One call does, in order (cheap checks first, so a bad request fails before any d
 2. count the placeholder tokens in the prompt (Qwen2-VL ``<|image_pad|>``, Pixtral ``[IMG]``):
    one per item, else vLLM's "Expected there to be N prompt updates ..." error;
 3. per item: with a ``uuid``, look it up in the processor cache (no decoding on a hit; a uuid
-   without data must hit); otherwise load and decode it (limits in ``media``), hash the pixels
+   without data must hit); otherwise read its bytes (limits in ``media``); bytes seen before
+   map straight to their content hash (a hit without decoding); else decode, hash the pixels
    and look that up; process on a miss (Pillow resize + numba kernels);
 4. replace each placeholder token by the item's run and record its range (vLLM's
    ``PlaceholderRange`` semantics: offset of the run's first token in the new ids, length of the
@@ -37,8 +38,8 @@ from ..errors import (
 )
 from .cache import CacheStats, ProcessorCache
 from .families import ImageFamily, PixtralFamily, ProcessedImage, Qwen2VLFamily
-from .identity import content_hash, uuid_key, validate_mm_uuids
-from .media import MediaLimits, check_item_count, check_media_io_kwargs, load_image
+from .identity import bytes_key, content_hash, uuid_key, validate_mm_uuids
+from .media import MediaLimits, check_item_count, check_media_io_kwargs, decode_image, load_image, read_media_bytes
 from .registry import load_family
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
@@ -118,6 +119,9 @@ class MultiModalProcessor:
         self.limits = limits or MediaLimits()
         self.device = device
         self.cache: ProcessorCache[ProcessedImage] = ProcessorCache(cache_bytes, lambda p: p.nbytes)
+        # Encoded-bytes digest -> content hash: a repeated upload of the same file is a cache hit
+        # without decoding it again (about 200 bytes an entry, so ~5,000 entries).
+        self._by_bytes: ProcessorCache[str] = ProcessorCache(1 << 20 if cache_bytes else 0, lambda _: 200)
         self._max_workers = max_workers or min(4, os.cpu_count() or 1)
         self._executor: ThreadPoolExecutor | None = None
 
@@ -259,8 +263,16 @@ class MultiModalProcessor:
                 key, lambda: fam.process(load_image(it.data, self.limits), kwargs, device)
             )
             return value, key, hit
-        img = load_image(it.data, self.limits)
+        raw = read_media_bytes(it.data, self.limits)
+        bkey = bytes_key(raw, settings)
+        known = self._by_bytes.get(bkey)
+        if known is not None:
+            cached = self.cache.get(known)
+            if cached is not None:
+                return cached, known, True
+        img = decode_image(raw, self.limits)
         key = content_hash(img.rgb, settings)
+        self._by_bytes.put(bkey, key)
         value, hit = self.cache.get_or_process(key, lambda: fam.process(img, kwargs, device))
         return value, key, hit
 

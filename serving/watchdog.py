@@ -1,0 +1,127 @@
+"""Reload a Python model whose stub process died, since Triton 2.51 will not.
+
+The Python backend of this Triton release never restarts a dead stub: every later request to
+that model fails with "Stub process '<instance>' is not healthy" while the health endpoints keep
+answering 200 (triton-inference-server/server issues 7862 and 8604). This watchdog runs beside
+the server, notices a stub that has gone, reloads its model through the model-repository API
+(the server runs in explicit model-control mode; the API is restricted to a token only the
+launcher and the watchdog know), and unlinks the dead stub's /dev/shm region, which the
+backend leaves behind.
+
+In-flight requests of the dead stub fail (500, "... is not healthy"); requests after the reload
+succeed. The reload takes as long as Triton's unload of the broken instance (~15 s here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("serving.watchdog")
+TOKEN_HEADER = "watchdog-token"
+
+
+@dataclass(frozen=True)
+class Stub:
+    """One Python-backend stub process."""
+
+    pid: int
+    """Its process id."""
+
+    model: str
+    """The model it serves (the folder holding ``1/model.py``)."""
+
+    region: str | None
+    """Name of its /dev/shm region."""
+
+
+def stubs_of(server_pid: int) -> dict[int, Stub]:
+    """Live (non-zombie) stubs whose parent is the server."""
+    out: dict[int, Stub] = {}
+    for stat_path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = stat_path.read_text()
+            args = (stat_path.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) != server_pid or fields[0] == "Z":
+            continue
+        model_py = next((a.decode() for a in args if a.endswith(b"/model.py")), None)
+        if model_py is None:
+            continue
+        region = next((a.decode() for a in args if a.startswith(b"triton_python_backend_shm_region")), None)
+        out[int(stat_path.parent.name)] = Stub(int(stat_path.parent.name), Path(model_py).parent.parent.name, region)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+class ServerGone(Exception):
+    """The server stopped listening: it is shutting down, and its stubs go with it."""
+
+
+def reload_model(http_url: str, model: str, token: str, timeout_s: float = 300.0) -> bool:
+    req = urllib.request.Request(f"{http_url}/v2/repository/models/{model}/load", data=b"{}", method="POST",
+                                 headers={TOKEN_HEADER: token, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status == 200
+    except urllib.error.HTTPError as e:
+        log.error("reloading %s failed: %s %s", model, e.code, e.read()[:300])
+        return False
+    except (urllib.error.URLError, OSError) as e:
+        raise ServerGone(str(e)) from None
+
+
+def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -> None:
+    known = stubs_of(server_pid)
+    while alive(server_pid):
+        time.sleep(interval_s)
+        current = stubs_of(server_pid)
+        dead = [s for pid, s in known.items() if pid not in current]
+        if dead and alive(server_pid):
+            for model in sorted({s.model for s in dead}):
+                log.warning("stub of model %s died; reloading the model", model)
+                try:
+                    if reload_model(http_url, model, token):
+                        log.warning("model %s reloaded", model)
+                except ServerGone:
+                    return
+            for s in dead:
+                if s.region:
+                    Path("/dev/shm", s.region).unlink(missing_ok=True)
+            current = stubs_of(server_pid)
+        known = current
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server-pid", type=int, required=True)
+    ap.add_argument("--http-url", required=True)
+    ap.add_argument("--interval", type=float, default=1.0)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s watchdog %(levelname)s %(message)s")
+    token = os.environ.get("WATCHDOG_TOKEN", "")
+    if not token:
+        print("WATCHDOG_TOKEN is not set", file=sys.stderr)
+        return 2
+    watch(a.server_pid, a.http_url, token, a.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
