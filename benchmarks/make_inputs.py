@@ -109,7 +109,7 @@ def tools_chat(rng: random.Random, cases: list[dict[str, Any]]) -> dict[str, Any
     from tests.chat_cases import TIME_TOOL, WEATHER_TOOL
 
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "Use the tools when they help. " + _sentence(rng)}]
-    for turn in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(1, 3)):
         city = rng.choice(CITIES)
         msgs.append({"role": "user", "content": f"What's the weather in {city}? " + _sentence(rng, 3, 12)})
         call_id = f"call{rng.randint(0, 99999):05d}"

@@ -30,7 +30,9 @@ MEMBER = "tritonclient-2.51.0.data/data/bin/perf_analyzer"
 LIBS = {"libb64.so.0d": "libb64-", "libcudart.so.12": "libcudart-"}
 
 # On these noisy 2-core machines: windows of a fixed request count, a loose stability bar.
-STABLE_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count", "300",
+# BENCH_PA_REQUESTS lengthens the windows (steadier numbers on a quiet machine, longer run).
+STABLE_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count",
+               os.environ.get("BENCH_PA_REQUESTS", "300"),
                "--stability-percentage", "50", "--max-trials", "6"]
 QUICK_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count", "100",
               "--stability-percentage", "80", "--max-trials", "3"]

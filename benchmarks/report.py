@@ -138,7 +138,7 @@ def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
 
     peer = res.get("peer") or {}
     paths = []
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 6.2))
     for ax, (model, name) in zip(axes, MAIN_INPUTS.items()):
         series = [
             ("ours, perf_analyzer gRPC", [r for r in res["sweep"] if r["model"] == model and r["protocol"] == "grpc"], "o-"),
@@ -155,7 +155,7 @@ def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
             v = _inproc(res, name, prefix)
             if v:
                 ax.axhline(v, color=color, linestyle=":", linewidth=1.2,
-                           label=f"in process, 1 core: {prefix.removeprefix('ours ').split(',')[0]} ({v:.0f}/s)")
+                           label=f"in process, 1 core: {prefix.split(',')[0]} ({v:.0f}/s)")
         ax.set_xscale("log", base=2)
         levels = sorted({r["concurrency"] for r in res["sweep"]})
         ax.set_xticks(levels)
@@ -165,7 +165,7 @@ def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
         ax.set_ylabel("requests / s")
         ax.set_title(f"{model} ({name})")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6.5, loc="center right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.suptitle(("QUICK smoke run - " if res["quick"] else "") + f"renderer throughput, {res['machine']['cpus']} cores, "
                  "server and load generator on the same machine", fontsize=10)
     fig.tight_layout()
@@ -381,7 +381,7 @@ def write_all(res: dict[str, Any], out_dir: Path, doc: Path | None) -> dict[str,
     out_dir.mkdir(parents=True, exist_ok=True)
     s = summarize(res)
     pngs = charts(res, out_dir)
-    s["charts"] = [str(p.relative_to(ROOT)) for p in pngs]
+    s["charts"] = [os.path.relpath(p, ROOT) for p in pngs]
     (out_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)

@@ -32,17 +32,22 @@ class Generator:
 
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", tokenizer: Tokenizer | None = None) -> None:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSeq2SeqLM
 
         self._torch = torch
         self.device = device
         dtype = torch.float32 if device == "cpu" else torch.bfloat16  # bf16 matmuls are slow on CPU
-        self.is_encoder_decoder = bool(getattr(AutoConfig.from_pretrained(str(model_dir)), "is_encoder_decoder", False))
-        auto = AutoModelForSeq2SeqLM if self.is_encoder_decoder else AutoModelForCausalLM
+        config = AutoConfig.from_pretrained(str(model_dir))
+        self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        self.is_vision_language = getattr(config, "vision_config", None) is not None
+        auto = (AutoModelForSeq2SeqLM if self.is_encoder_decoder
+                else AutoModelForImageTextToText if self.is_vision_language else AutoModelForCausalLM)
         self.model = auto.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
         self.tokenizer = tokenizer or Tokenizer.from_pretrained(model_dir)
         cfg = self.model.config
-        self.max_len = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+        text_cfg = getattr(cfg, "text_config", None) or cfg
+        self.max_len = int(getattr(text_cfg, "max_position_embeddings", 0) or 2048)
+        self.image_token_id = getattr(cfg, "image_token_id", None) or getattr(cfg, "image_token_index", None)
 
     def generate(
         self,
@@ -54,9 +59,14 @@ class Generator:
         inputs_embeds: "object | None" = None,
         prompt_len: int | None = None,
         decoder_input_ids: Sequence[int] | None = None,
+        mm_inputs: dict | None = None,
     ) -> Iterator[Step]:
         """Yield one ``Step`` per token. For encoder-decoder models ``input_ids`` feed the
-        encoder and ``decoder_input_ids`` (starting with the decoder start token) the decoder."""
+        encoder and ``decoder_input_ids`` (starting with the decoder start token) the decoder;
+        ``mm_inputs`` (``pixel_values`` and the family's grid or sizes) go to a vision-language model."""
+        if mm_inputs:
+            yield from self._generate_multimodal(input_ids, max_tokens, end_ids, sampling, mm_inputs)
+            return
         torch = self._torch
         gen = None
         if sampling.temperature > 0:
@@ -124,3 +134,86 @@ class Generator:
             logits = torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
         probs = torch.softmax(logits, dim=-1)
         return int(torch.multinomial(probs, 1, generator=gen))
+
+    def _generate_multimodal(self, input_ids: Sequence[int], max_tokens: int, end_ids: Sequence[int],
+                             sampling: SamplingParams, mm_inputs: dict) -> Iterator[Step]:
+        """Vision-language models through transformers' ``generate`` (their position ids, e.g.
+        Qwen2-VL's 3-D rope, are set up there), streamed token by token from its thread."""
+        import queue
+        import threading
+
+        from transformers.generation.stopping_criteria import StoppingCriteria
+        from transformers.generation.streamers import BaseStreamer
+
+        torch = self._torch
+        budget = min(max_tokens, self.max_len - len(input_ids))
+        if budget <= 0:
+            yield Step([], "length")
+            return
+        tokens: queue.Queue = queue.Queue()
+        stop_now = threading.Event()
+
+        class Streamer(BaseStreamer):
+            prompt_seen = False
+
+            def put(self, value):  # first call: the prompt; then one token per step
+                if not self.prompt_seen:
+                    self.prompt_seen = True
+                    return
+                tokens.put(value.reshape(-1).tolist())
+
+            def end(self):
+                tokens.put(None)
+
+        class StopOnRequest(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                return torch.full((input_ids.shape[0],), stop_now.is_set(), dtype=torch.bool)
+
+        ids = torch.tensor([list(input_ids)], device=self.device)
+        extra = {k: torch.as_tensor(v, device=self.device) for k, v in mm_inputs.items()}
+        if "pixel_values" in extra:
+            extra["pixel_values"] = extra["pixel_values"].to(self.model.dtype)
+        if self.image_token_id is not None and "image_grid_thw" in extra:
+            extra["mm_token_type_ids"] = (ids == self.image_token_id).long()
+        kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
+                      do_sample=sampling.temperature > 0, eos_token_id=list(end_ids) or None, streamer=Streamer(),
+                      stopping_criteria=[StopOnRequest()], **extra)
+        if sampling.temperature > 0:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
+            torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        errors: list[BaseException] = []
+
+        def run():
+            try:
+                with torch.inference_mode():
+                    self.model.generate(**kwargs)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(e)
+                tokens.put(None)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        generated: list[int] = []
+        pending = tokens.get()
+        while pending is not None:
+            nxt = tokens.get()
+            generated += pending
+            done = nxt is None
+            if sampling.stop and not done:
+                text = self.tokenizer.decode(generated, skip_special_tokens=True)
+                if find_stop(text, sampling.stop) is not None:
+                    stop_now.set()
+                    worker.join()
+                    yield Step(pending, "stop")
+                    return
+            if done:
+                reason = "stop" if pending and pending[-1] in end_ids else "length"
+                yield Step(pending, reason)
+            else:
+                yield Step(pending, None)
+            pending = nxt
+        worker.join()
+        if errors:
+            raise errors[0]

@@ -244,3 +244,13 @@ def _check_ranges(changes: dict[str, Any], max_model_len: int | None) -> None:
         v = changes.get(name)
         if v is not None and v < -1:
             raise FieldTypeError("tokenize_params", name, REQUEST_FIELDS[name], v)
+
+
+def request_tokenize_params(max_model_len: int, bag: Mapping[str, Any] | None, *, chat: bool = False,
+                            max_output_tokens: int | None = None) -> TokenizeParams:
+    """A request's ``tokenize_params`` over the defaults (vLLM's: chat adds no special tokens,
+    since the template wrote them), with a generation request's ``max_tokens`` reserving room."""
+    base = TokenizeParams(max_total_tokens=max_model_len, add_special_tokens=not chat)
+    if max_output_tokens is not None and (bag is None or isinstance(bag, Mapping)) and "max_output_tokens" not in (bag or {}):
+        bag = {**(bag or {}), "max_output_tokens": max_output_tokens}
+    return base.with_request(bag, max_model_len=max_model_len)

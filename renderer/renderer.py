@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence, TypeVar, Union
 
 from .errors import EmbedsError, EmptyPromptError, NoPromptError, PromptTypeError, RenderError, TokenIdError
 from .model_info import ModelInfo
-from .params import TokenizeParams
+from .params import TokenizeParams, request_tokenize_params
 from .prompts import (
     EmbedsBytesPrompt, EmbedsPrompt, EngineInput, Prompt, RawPrompt, TextPrompt, TokenizedPrompt, TokensPrompt,
 )
@@ -73,10 +73,7 @@ class Renderer:
     def request_params(self, bag: Mapping[str, Any] | None, *, chat: bool = False,
                        max_output_tokens: int | None = None) -> TokenizeParams:
         """Defaults overlaid with a request's ``tokenize_params`` (and its ``max_tokens``)."""
-        base = self.default_chat_params if chat else self.default_completion_params
-        if max_output_tokens is not None and not (bag and "max_output_tokens" in bag):
-            bag = {**(bag or {}), "max_output_tokens": max_output_tokens}
-        return base.with_request(bag, max_model_len=self.info.max_model_len)
+        return request_tokenize_params(self.info.max_model_len, bag, chat=chat, max_output_tokens=max_output_tokens)
 
     # --- step 1 ----------------------------------------------------------------------------
 

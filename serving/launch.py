@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WATCHDOG_HEADER = "watchdog-token"
+BUILTIN_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2-vl": "tiny-qwen2_vl", "pixtral": "tiny-pixtral"}
 TEMPLATES = ROOT / "model_repository"
 
 
@@ -40,7 +41,16 @@ class Settings:
     """Deployment settings; each field reads the environment variable of its upper-case name."""
 
     model_dir: str = ""
-    """Hugging Face model folder served. Empty: the embedded default model under ``build_dir``."""
+    """Hugging Face model folder served. Empty: the built-in model that ``model`` names."""
+    model: str = "smollm2"
+    """Built-in model when ``model_dir`` is empty: "smollm2" (text), "qwen2-vl" or "pixtral"
+    (tiny vision-language models with seeded weights, for the image path)."""
+    mm_cache_bytes: int = 512 * 1024 * 1024
+    """Size of the multimodal processor cache, in bytes of processed tensors."""
+    media_dir: str = ""
+    """The only directory image paths in requests may point into; empty refuses local files."""
+    media_hosts: str = ""
+    """Comma-separated hosts images may be fetched from over http(s); empty refuses the network."""
     encoder_decoder_model_dir: str = ""
     """Encoder-decoder model for the encoder-decoder ensembles. Empty: the tiny built-in BART."""
     build_dir: str = str(ROOT / "build")
@@ -106,7 +116,9 @@ class Settings:
     def resolved_model_dir(self) -> Path:
         if self.model_dir:
             return Path(self.model_dir).resolve()
-        return Path(self.models_dir) / "smollm2-135m-instruct"
+        if self.model not in BUILTIN_MODELS:
+            raise SystemExit(f"MODEL={self.model} is not a built-in model; choose one of {', '.join(BUILTIN_MODELS)}")
+        return Path(self.models_dir) / BUILTIN_MODELS[self.model]
 
     @property
     def resolved_encdec_model_dir(self) -> Path:
@@ -139,6 +151,13 @@ def gpu_visible() -> bool:
     ).returncode == 0
 
 
+def model_family(s: Settings) -> str | None:
+    """The image-processor family of the served model, or None for a text-only model."""
+    from renderer.multimodal.registry import detect_family
+
+    return detect_family(s.resolved_model_dir)
+
+
 def template_vars(s: Settings) -> dict[str, str]:
     kind = s.mm_instance_kind
     if kind == "auto":
@@ -153,26 +172,46 @@ def template_vars(s: Settings) -> dict[str, str]:
         "max_queue_delay_us": str(s.max_queue_delay_us),
         "mm_instance_kind": kind,
         "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
+        "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
         "max_model_len": str(s.max_model_len),
         "log_prompts": "true" if s.log_prompts else "false",
+        "mm_cache_bytes": str(s.mm_cache_bytes),
+        "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
+        "media_hosts": s.media_hosts,
     }
 
 
-def render_repository(s: Settings) -> Path:
+def pick_config(model: Path, family: str | None) -> Path | None:
+    """A model folder's config for the served model's family.
+
+    ``config.<family>.pbtxt``, then ``config.multimodal.pbtxt`` (any image family), then
+    ``config.pbtxt`` (the text-only form); a folder with only family variants (``mm_process``)
+    exists only for those families.
+    """
+    names = [f"config.{family}.pbtxt", "config.multimodal.pbtxt"] if family else []
+    for name in names + ["config.pbtxt"]:
+        if (model / name).exists():
+            return model / name
+    return None
+
+
+def render_repository(s: Settings, family: str | None = None) -> Path:
     """Copy ``model_repository/`` into the build folder with every ``${var}`` filled."""
     values = template_vars(s)
     out = s.repository
     if out.exists():
         shutil.rmtree(out)
-    for model in sorted(p for p in TEMPLATES.iterdir() if (p / "config.pbtxt").exists()):
+    for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir()):
+        chosen = pick_config(model, family)
+        if chosen is None:
+            continue
         dst = out / model.name
-        shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__", "config.*.pbtxt"))
         # Ensembles have no files in their version folder, and git keeps no empty folders.
         (dst / "1").mkdir(exist_ok=True)
-        cfg = dst / "config.pbtxt"
         # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
-        cfg.write_text(string.Template(cfg.read_text()).substitute(values))
+        (dst / "config.pbtxt").write_text(string.Template(chosen.read_text()).substitute(values))
     return out
 
 
@@ -251,7 +290,12 @@ def prepare(s: Settings) -> None:
     from serving import default_model, seq2seq_model
 
     default_tokenizer = Path(s.models_dir) / "smollm2-135m-instruct"
-    if not s.model_dir:
+    if not s.model_dir and s.model != "smollm2":
+        from serving import test_tokenizers, vlm_model
+
+        test_tokenizers.build(Path(s.models_dir).parent / "tokenizers")
+        vlm_model.build(s.resolved_model_dir, family=s.model.replace("-", "_"))
+    elif not s.model_dir:
         default_model.build(s.resolved_model_dir)
     elif not (s.resolved_model_dir / "config.json").exists():
         raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
@@ -259,7 +303,7 @@ def prepare(s: Settings) -> None:
         # The tiny BART borrows the default model's tokenizer.
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
     ensure_python_stub()
-    render_repository(s)
+    render_repository(s, model_family(s))
 
 
 def is_ready(s: Settings) -> bool:

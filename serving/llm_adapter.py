@@ -53,7 +53,9 @@ class TritonPythonModel:
         embeds = None if embeds is None or embeds.size == 0 else torch.from_numpy(np.array(embeds, np.float32))
         n_given = len(embeds) if embeds is not None else len(ids)
         _check_length(request, "input_lengths", n_given)
-        return {"input_ids": ids, "inputs_embeds": embeds, "prompt_len": n_given}
+        mm = {name: arr for name in ("pixel_values", "image_grid_thw", "image_sizes")
+              if (arr := io.get(request, name)) is not None and arr.size}
+        return {"input_ids": ids, "inputs_embeds": embeds, "prompt_len": n_given, "mm_inputs": mm or None}
 
     def _generate(self, request, sender) -> None:
         prompt = self._inputs(request)

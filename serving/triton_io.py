@@ -98,6 +98,8 @@ def get_ids(request: Any, name: str) -> list[int] | None:
 
 def tensor(name: str, value: Any, dtype: Any) -> Any:
     """An output tensor with a leading batch dimension of 1."""
+    if hasattr(value, "detach"):  # a torch tensor, possibly on the GPU
+        value = value.detach().cpu().numpy()
     arr = np.asarray(value, dtype=dtype)
     return pb_utils.Tensor(name, arr[np.newaxis, ...])
 

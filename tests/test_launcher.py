@@ -68,3 +68,18 @@ def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
     assert not (mine & set(glob.glob("/dev/shm/triton_python_backend_shm_region_*")))
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     assert not os.path.exists(s.pid_file)
+
+
+@pytest.mark.parametrize("family, grid", [("qwen2_vl", "image_grid_thw"), ("pixtral", "image_sizes")])
+def test_family_variants_are_picked(tmp_path, model_dir, family, grid):
+    """A vision-language model gets mm_process and the family's ensembles; a text model does not."""
+    s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir))
+    mm_repo = launch.render_repository(s, family)
+    assert (mm_repo / "mm_process" / "config.pbtxt").exists()
+    assert grid in (mm_repo / "render_chat" / "config.pbtxt").read_text()
+    assert 'model_name: "mm_process"' in (mm_repo / "chat" / "config.pbtxt").read_text()
+    assert "mm_items" in (mm_repo / "chat_render" / "config.pbtxt").read_text()
+    assert not list(mm_repo.glob("*/config.*.pbtxt")), "variant files must not reach the served repository"
+    text_repo = launch.render_repository(s, None)
+    assert not (text_repo / "mm_process").exists()
+    assert "mm_process" not in (text_repo / "render_chat" / "config.pbtxt").read_text()
