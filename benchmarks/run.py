@@ -270,7 +270,7 @@ def run(plan: Plan) -> dict[str, Any]:
     }
     settings = server_settings()
     res["settings"] = {k: v for k, v in dataclasses.asdict(settings).items()
-                       if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_prompts", "log_verbose")}
+                       if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_verbose")}
 
     # 1-2. our server, default settings
     log(f"starting our server ({settings.models}) on {HTTP_PORT}/{GRPC_PORT}/{METRICS_PORT}")

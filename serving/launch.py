@@ -81,8 +81,8 @@ class Settings:
     """vLLM's ``--enable-prompt-embeds``."""
     max_model_len: int = 0
     """Context length; 0 takes the model config's."""
-    log_prompts: bool = False
-    """Write request contents to the server log (off: prompts stay out of logs)."""
+    max_input_bytes: int = 64 * 1024 * 1024
+    """Largest single input tensor a request may send (images included); larger is a 400."""
     log_verbose: int = 0
     """tritonserver ``--log-verbose``."""
     models: str = ""
@@ -175,7 +175,6 @@ def template_vars(s: Settings) -> dict[str, str]:
         "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
         "max_model_len": str(s.max_model_len),
-        "log_prompts": "true" if s.log_prompts else "false",
         "mm_cache_bytes": str(s.mm_cache_bytes),
         "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
         "media_hosts": s.media_hosts,
@@ -238,8 +237,10 @@ def ensure_python_stub() -> None:
         shutil.copy2(src, dst)
 
 
-def server_env() -> dict[str, str]:
+def server_env(s: Settings | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    if s is not None:
+        env["RENDERER_MAX_INPUT_BYTES"] = str(s.max_input_bytes)  # read by serving/triton_io.py
     venv_bin = str(Path(sys.executable).parent)
     # The stub runs the first python3 on PATH and uses its site-packages: make it ours.
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
@@ -339,7 +340,7 @@ def start(s: Settings) -> int:
     log = open(s.log_file, "ab")
     token = secrets.token_hex(16)
     proc = subprocess.Popen(
-        server_command(s, token), env=server_env(), stdout=log, stderr=subprocess.STDOUT,
+        server_command(s, token), env=server_env(s), stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     s.pid_file.write_text(str(proc.pid))
@@ -405,7 +406,7 @@ def serve(s: Settings) -> int:
     print("$ " + " ".join(c if token not in c else c.replace(token, "***") for c in cmd), flush=True)
     # exec keeps this pid, so the watchdog started now watches the server itself.
     start_watchdog(s, os.getpid(), token)
-    os.execve(cmd[0], cmd, server_env())
+    os.execve(cmd[0], cmd, server_env(s))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
 from typing import Any, Callable, Sequence
 
@@ -20,6 +21,8 @@ from renderer.errors import InvalidJSONError, RenderError, TensorError
 from renderer.prompts import decode_utf8
 
 log = logging.getLogger("renderer.triton")
+# Per input tensor; the launcher sets it from MAX_INPUT_BYTES. Triton 2.51 has no body limit.
+MAX_INPUT_BYTES = int(os.environ.get("RENDERER_MAX_INPUT_BYTES", 64 * 1024 * 1024))
 
 
 def model_params(args: dict) -> dict[str, str]:
@@ -39,6 +42,9 @@ def get(request: Any, name: str) -> np.ndarray | None:
     if t is None:
         return None
     arr = t.as_numpy()
+    size = sum(len(x) for x in arr.reshape(-1)) if arr.dtype == np.object_ else arr.nbytes
+    if size > MAX_INPUT_BYTES:
+        raise TensorError(f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.")
     if arr.ndim == 0 or arr.shape[0] != 1:
         raise TensorError(
             f"Input '{name}' must have batch size 1 (one prompt per request), got shape {list(arr.shape)}."
@@ -119,6 +125,20 @@ def to_triton_error(exc: BaseException, model: str) -> Any:
     # A bug, not a bad request: log the trace (server side only) and answer 500.
     log.error("%s: internal error: %s", model, "".join(traceback.format_exception(exc)))
     return pb_utils.TritonError(f"{model}: internal error: {type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL)
+
+
+def parse_each(requests: Sequence[Any], parse: Callable[[Any], tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
+    """``parse(request) -> (prompt, params)`` for each request; a request that fails to parse
+    carries its exception in both places, so a batched renderer answers it with that error."""
+    prompts, params = [], []
+    for r in requests:
+        try:
+            pr, pa = parse(r)
+        except Exception as e:  # noqa: BLE001 - becomes this request's error response
+            pr = pa = e
+        prompts.append(pr)
+        params.append(pa)
+    return prompts, params
 
 
 def respond_each(requests: Sequence[Any], model: str, build: Callable[[Any], Any]) -> list[Any]:

@@ -87,7 +87,19 @@ def reload_model(http_url: str, model: str, token: str, timeout_s: float = 300.0
         raise ServerGone(str(e)) from None
 
 
+def server_ready(http_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{http_url}/v2/health/ready", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -> None:
+    # Loading starts and stops short-lived stubs (config auto-complete): watch only once the
+    # server is ready, when every stub left is a serving one.
+    while alive(server_pid) and not server_ready(http_url):
+        time.sleep(interval_s)
     known = stubs_of(server_pid)
     while alive(server_pid):
         time.sleep(interval_s)

@@ -14,39 +14,19 @@ from pathlib import Path
 import pytest
 
 from client import RendererClient, RequestError
+from serving.watchdog import stubs_of
 
 SHM_GLOB = "/dev/shm/triton_python_backend_shm_region_*"
 REGIONS: set[str] = set()  # this module's server's regions, checked after its clean stop
 
 
 def stub_pids(server_pid: int, model: str) -> list[int]:
-    """Stub processes under the server whose command line names ``model``'s model.py."""
-    out = []
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmd.read_bytes().split(b"\0")
-            stat = (cmd.parent / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == server_pid and any(f"/{model}/1/model.py".encode() in a for a in args):
-            out.append(int(cmd.parent.name))
-    return out
+    return [pid for pid, stub in stubs_of(server_pid).items() if stub.model == model]
 
 
 def stub_regions(server_pid: int) -> set[str]:
     """The /dev/shm regions of this server's stubs (each stub is told its region's name)."""
-    regions = set()
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmd.read_bytes().split(b"\0")
-            stat = (cmd.parent / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) != server_pid:
-            continue
-        regions |= {"/dev/shm/" + a.decode().lstrip("/") for a in args if b"triton_python_backend_shm_region" in a}
-    return regions
+    return {f"/dev/shm/{stub.region}" for stub in stubs_of(server_pid).values() if stub.region}
 
 
 @pytest.fixture(scope="module")

@@ -224,6 +224,10 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     mem_after = rss_mb(stubs_after)
     new_log = Path(server.log_file).read_bytes()[log_before:].decode(errors="replace")
     print(f"\nfuzz outcomes: {outcomes}; server+stubs RSS {mem_before:.0f} MB -> {mem_after:.0f} MB")
+    report = Path(server.build_dir).parent / "reports" / "fuzz.json"  # cited by docs/RELIABILITY.md
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps({"requests": N_REQUESTS, "outcomes": outcomes, "rss_mb_before": round(mem_before),
+                                  "rss_mb_after": round(mem_after), "stubs": len(stubs_before)}, indent=1))
     assert not bad, "unexpected responses:\n" + "\n".join(bad)
     frontend = outcomes.get("triton generate-endpoint JSON type error (500)", 0)
     assert frontend < 0.01 * N_REQUESTS

