@@ -187,7 +187,7 @@ def test_kernel_fallbacks_are_identical(monkeypatch: pytest.MonkeyPatch) -> None
     assert np.array_equal(kernels.normalize_chw(img, lut), b)
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device on this host: the torch CUDA kernels run only on a GPU host (the device tool), where this compares them with the CPU kernels")
 def test_cuda_path_matches_cpu(qwen_dir: Path, pixtral_dir: Path) -> None:
     for d, prompt in ((qwen_dir, qwen_prompt(2)), (pixtral_dir, pixtral_prompt(2))):
         items = [item(data_url(png("rgb_640x480"))), item(data_url(png("odd_333x77")), i=1)]
