@@ -223,6 +223,27 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def targets(s: dict[str, Any]) -> list[str]:
+    """Issue 8's targets, each with the measured figure and whether this run met it."""
+    def verdict(ok: bool | None) -> str:
+        return "n/a (no peer)" if ok is None else ("met" if ok else "**not met**")
+
+    rows = []
+    for m in ("render_chat", "render_completion"):
+        v = s.get(f"{m}_vs_vllm")
+        rows.append([f"{m} throughput >= 3x vLLM's render server", _f(v, 2), verdict(None if v is None else v >= 3)])
+    peer = (s["p50_ms_c1"].get("peer") or {})
+    for m in ("render_completion", "render_chat"):
+        ours = min((v for k, v in s["p50_ms_c1"]["ours"].items() if k.startswith(m)), default=None)
+        theirs = peer.get(f"{m} http-json")
+        ok = None if theirs is None or ours is None else ours <= theirs / 3
+        rows.append([f"{m} p50 at c=1 <= 1/3 of the peer's", f"{_f(ours, 2)} vs {_f(theirs, 2)} ms", verdict(ok)])
+    for m in ("render_chat", "render_completion"):
+        v = s.get(f"{m}_vs_inprocess")
+        rows.append([f"{m} served >= 0.5x in-process transformers", _f(v, 2), verdict(None if v is None else v >= 0.5)])
+    return ["## Targets\n", _table(["target", "measured", "this run"], rows), ""]
+
+
 def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, pngs: list[Path]) -> str:
     rel = lambda p: os.path.relpath(p, doc.parent)  # noqa: E731
     peer = res.get("peer") or {}
@@ -263,6 +284,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     p50 = s["p50_ms_c1"]
     L.append("Latency at concurrency 1 (p50, ms): " + "; ".join(f"ours {k} {v}" for k, v in p50["ours"].items())
              + ("; " + "; ".join(f"vLLM {k} {v}" for k, v in p50["peer"].items()) if p50.get("peer") else "") + ".\n")
+    L += targets(s)
     ids = s["ids_equal"]
     L.append("## Same ids\n")
     v = ids.get("vllm_render_server_vs_ours")

@@ -133,15 +133,19 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [str(perf_analyzer.binary()), "-m", model, "-u", f"127.0.0.1:{port}", "-i", proto,
                    "--input-data", str(make_inputs.path_of(inputs)), "--concurrency-range",
                    f"{a.concurrency // 2}:{a.concurrency // 2}", "--measurement-mode", "time_windows",
-                   "--measurement-interval", str(a.seconds * 1000), "--stability-percentage", "999",
-                   "--max-trials", "1"]
+                   # Three windows that always count as stable: one run of the whole duration.
+                   "--measurement-interval", str(a.seconds * 1000 // 3), "--stability-percentage", "999",
+                   "--max-trials", "3"]
             procs[model] = subprocess.Popen(cmd, env=perf_analyzer.env(), stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, text=True)
         for model, p in procs.items():
             out, _ = p.communicate(timeout=a.seconds * 3 + 120)
-            thr = [l for l in out.splitlines() if "Throughput:" in l]
-            pa_runs[model] = {"returncode": p.returncode, "throughput": thr[-1].strip() if thr else None,
-                              "errors_reported": [l for l in out.splitlines() if "rror" in l][:5]}
+            lines = out.splitlines()
+            pa_runs[model] = {"returncode": p.returncode,
+                              "summary": next((l.strip() for l in reversed(lines) if "throughput:" in l), None),
+                              "requests": next((l.split(":")[1].strip() for l in reversed(lines)
+                                                if "Successful request count" in l), None),
+                              "errors_reported": [l for l in lines if "rror" in l or "ailed" in l][:5]}
     finally:
         stop.set()
         mix.join()

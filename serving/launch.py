@@ -73,7 +73,7 @@ class Settings:
     """Instances of the downstream ``llm``."""
     max_batch_size: int = 64
     """Largest dynamic batch of the batching stage models."""
-    max_queue_delay_us: int = 200
+    max_queue_delay_us: int = 0
     """How long the dynamic batcher waits to fill a batch."""
     mm_instance_kind: str = "auto"
     """``KIND_GPU`` / ``KIND_CPU`` for ``mm_process``; auto picks GPU when one is visible."""
