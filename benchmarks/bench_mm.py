@@ -1,0 +1,118 @@
+"""The multimodal stage in process and through Triton against the HF ``*ImageProcessorPil``
+classes, on the same images, in one run; ratios and the cache-hit latency.
+
+    python -m benchmarks.bench_mm [--repeat 5]        (writes benchmarks/results/mm.json)
+
+For each family and image size:
+- HF: the PIL image processor on an already-decoded image (resize + rescale + normalize + layout);
+- ours in process, cold: ``MultiModalProcessor.process`` with the cache off (decode + resize +
+  kernels + placeholder expansion); warm: the same image again with the cache on (a hit);
+- through Triton: ``render_chat`` over HTTP on a server for the family's tiny model, a new image
+  each time (a miss: chat_render + tokenize + mm_process + the transfer of the data URL and the
+  tensors), and the same image again (a hit: the cache-hit latency a client sees).
+Builds the tiny model folders under ``build/models`` if missing. Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ms(fn, repeat: int) -> float:  # noqa: ANN001
+    fn()  # warm-up (numba cache load, Pillow plugin import)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args(argv)
+
+    from PIL import Image
+    from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from renderer.chat.messages import MultiModalItem
+    from renderer.multimodal import MultiModalProcessor
+    from serving import vlm_model
+    from tests.mm_images import data_url, encode, rgb
+
+    import json
+    from dataclasses import replace
+
+    from client import RendererClient
+    from serving import launch
+
+    models = ROOT / "build" / "models"
+    dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}
+    sizes = [(640, 480), (1280, 720), (4000, 3000)]
+    rows = []
+    print(f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
+          f"{'triton miss':>12} {'triton hit':>11} {'HF/ours':>8} {'HF/triton':>10}")
+    for i, (fam, d) in enumerate(dirs.items()):
+        port = 19500 + 10 * i
+        s = replace(launch.Settings(), model=fam.replace("_", "-"), models="render_chat",
+                    build_dir=str(ROOT / "build" / f"bench-mm-{fam}"), http_port=port, grpc_port=port + 1,
+                    metrics_port=port + 2)
+        if launch.start(s) != 0:
+            return 1
+        client = RendererClient(f"127.0.0.1:{port}")
+        cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
+        warm = MultiModalProcessor.from_model_dir(d)
+        if fam == "qwen2_vl":
+            f = cold.family
+            hf = Qwen2VLImageProcessorPil(min_pixels=f.min_pixels, max_pixels=f.max_pixels)
+            prompt = [1, 151652, 151655, 151653, 2]
+        else:
+            hf = PixtralImageProcessorPil()
+            prompt = [1, 10, 2]
+        for w, h in sizes:
+            png = encode(rgb(w, h, block=8 if w * h > 4_000_000 else 1))
+            items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
+            t_cold = _ms(lambda: cold.process(prompt, items), a.repeat)
+            warm.process(prompt, items)
+            t_warm = _ms(lambda: warm.process(prompt, items), a.repeat)
+            pil = Image.open(io.BytesIO(png))
+            pil.load()
+            t_hf = _ms(lambda: hf(images=[pil], return_tensors="np"), a.repeat)
+            # Through Triton: fresh pixels every call for the miss, one image repeated for the hit.
+            fresh = iter([data_url(encode(rgb(w, h, seed=100 + k, block=8 if w * h > 4_000_000 else 1)))
+                          for k in range(a.repeat + 1)])
+            t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), a.repeat)
+            same = _chat(data_url(png))
+            client.render_chat(same)
+            t_hit = _ms(lambda: client.render_chat(same), a.repeat)
+            row = {"family": fam, "size": f"{w}x{h}", "hf_pil_ms": round(t_hf, 2), "ours_cold_ms": round(t_cold, 2),
+                   "ours_warm_ms": round(t_warm, 2), "triton_miss_ms": round(t_miss, 2),
+                   "triton_hit_ms": round(t_hit, 2), "hf_over_ours_cold": round(t_hf / t_cold, 2),
+                   "hf_over_triton_miss": round(t_hf / t_miss, 2)}
+            rows.append(row)
+            print(f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
+                  f"{t_hit:11.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}")
+        client.close()
+        launch.stop(s)
+    out = ROOT / "benchmarks" / "results" / "mm.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"repeat": a.repeat, "rows": rows}, indent=1))
+    return 0
+
+
+def _chat(url: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": "Describe the image."}]}]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
