@@ -337,8 +337,6 @@ def test_render_completion_answers(container, protocol, hf_tokenizer):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_render_chat_answers(container, protocol, hf_tokenizer):
-    if not (ROOT / "model_repository" / "render_chat").exists():
-        pytest.skip("render_chat not in model_repository yet")
     from client import RendererClient
 
     settings = container[0]
