@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from .errors import EncoderDecoderError, RenderError
 from .params import TokenizeParams
 from .prompts import EngineInput, RawPrompt, TokenizedPrompt, completion_prompt
-from .renderer import Renderer, capture_error
+from .renderer import Renderer, capture_error, split_failed
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,7 @@ class EncoderDecoderRenderer:
 
     def render_batch(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[Any]:
         """Steps 2-4 for a batch; items are step-1 results or the errors they earned."""
-        ok = [i for i, (pr, pa) in enumerate(zip(prompts, params))
-              if not isinstance(pr, Exception) and not isinstance(pa, Exception)]
-        out: list[Any] = [pr if isinstance(pr, Exception) else pa for pr, pa in zip(prompts, params)]
+        ok, out = split_failed(prompts, params)
         # One tokenize call for every encoder and decoder prompt of the batch.
         flat, flat_params, where = [], [], []
         for i in ok:
@@ -112,8 +110,7 @@ class EncoderDecoderRenderer:
         return out
 
     def _tokenize(self, prompts: list[Any], params: list[TokenizeParams]) -> list[Any]:
-        good = [k for k, p in enumerate(prompts) if not isinstance(p, Exception)]
-        res: list[Any] = list(prompts)
+        good, res = split_failed(prompts, params)
         for k, t in zip(good, self.renderer.tokenize_prompts([prompts[k] for k in good], [params[k] for k in good])):
             res[k] = t
         return res

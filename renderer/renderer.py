@@ -63,12 +63,12 @@ class Renderer:
     @property
     def default_completion_params(self) -> TokenizeParams:
         """Completions add the tokenizer's special tokens (vLLM default)."""
-        return TokenizeParams(max_total_tokens=self.info.max_model_len, add_special_tokens=True)
+        return request_tokenize_params(self.info.max_model_len, None)
 
     @property
     def default_chat_params(self) -> TokenizeParams:
         """Chat templates write their own BOS: adding special tokens again would double it."""
-        return TokenizeParams(max_total_tokens=self.info.max_model_len, add_special_tokens=False)
+        return request_tokenize_params(self.info.max_model_len, None, chat=True)
 
     def request_params(self, bag: Mapping[str, Any] | None, *, chat: bool = False,
                        max_output_tokens: int | None = None) -> TokenizeParams:
@@ -246,10 +246,7 @@ class Renderer:
                      ) -> list[Result[EngineInput]]:
         """Steps 2-4 for a batch whose step-1 results (or errors) are already known."""
         arrival = time.time()
-        # Items whose step 1 already failed (any exception) keep that error.
-        ok = [i for i, (pr, pa) in enumerate(zip(prompts, params))
-              if not isinstance(pr, Exception) and not isinstance(pa, Exception)]
-        out: list[Any] = [pr if isinstance(pr, Exception) else pa for pr, pa in zip(prompts, params)]
+        ok, out = split_failed(prompts, params)
         tokenized = self.tokenize_prompts([prompts[i] for i in ok], [params[i] for i in ok])
         for i, t in zip(ok, tokenized):
             out[i] = t if isinstance(t, RenderError) else capture_error(self.process_for_engine, t, arrival)
@@ -258,6 +255,15 @@ class Renderer:
     async def render_batch_async(self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
                                  ) -> list[Result[EngineInput]]:
         return await asyncio.to_thread(self.render_batch, prompts, params)
+
+
+def split_failed(prompts: Sequence[Any], params: Sequence[Any]) -> tuple[list[int], list[Any]]:
+    """Indices of the items whose step 1 succeeded, and a result list already holding the
+    error of every item whose prompt or params failed (any exception: it answers that item)."""
+    ok = [i for i, (pr, pa) in enumerate(zip(prompts, params))
+          if not isinstance(pr, Exception) and not isinstance(pa, Exception)]
+    out: list[Any] = [pr if isinstance(pr, Exception) else pa for pr, pa in zip(prompts, params)]
+    return ok, out
 
 
 def capture_error(fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -63,8 +63,7 @@ class TritonPythonModel:
         streaming = bool(io.get_scalar(request, "streaming", bool) or False)
         end_id = io.get_scalar(request, "end_id")
         end_ids = set(self.info.eos_token_ids) | ({end_id} if end_id is not None and end_id >= 0 else set())
-        stops_arr = io.get(request, "stop_words")
-        stops = tuple(s.decode() for s in stops_arr.reshape(-1)) if stops_arr is not None else ()
+        stops = io.get_strings(request, "stop_words")
         seed = io.get_scalar(request, "random_seed")
         sampling = SamplingParams(
             temperature=float(io.get_scalar(request, "temperature", float) or 0.0),

@@ -93,6 +93,12 @@ def get_scalar(request: Any, name: str, kind: type = int) -> Any:
     return kind(arr.reshape(-1)[0])
 
 
+def get_strings(request: Any, name: str) -> tuple[str, ...]:
+    """A BYTES [-1] input as strings; empty when absent."""
+    arr = get(request, name)
+    return () if arr is None else tuple(decode_utf8(x, name) for x in arr.reshape(-1))
+
+
 def get_ids(request: Any, name: str) -> list[int] | None:
     arr = get(request, name)
     if arr is None:

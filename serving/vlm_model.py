@@ -56,8 +56,8 @@ CHAT_TEMPLATE = (
 )
 
 MAX_PIXELS = 28 * 28 * 256
-PREPROCESSOR_CONFIG = {
-    "image_processor_type": "Qwen2VLImageProcessor",
+# Both families' published processors: bicubic resize, rescale to [0, 1], CLIP normalization.
+_COMMON_PREPROCESSING = {
     "do_resize": True,
     "do_rescale": True,
     "rescale_factor": 1 / 255,
@@ -66,6 +66,10 @@ PREPROCESSOR_CONFIG = {
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
     "image_std": [0.26862954, 0.26130258, 0.27577711],
     "resample": 3,
+}
+PREPROCESSOR_CONFIG = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    **_COMMON_PREPROCESSING,
     "min_pixels": 56 * 56,
     "max_pixels": MAX_PIXELS,
     "size": {"shortest_edge": 56 * 56, "longest_edge": MAX_PIXELS},
@@ -78,14 +82,7 @@ PREPROCESSOR_CONFIG = {
 PIXTRAL_PREPROCESSOR_CONFIG = {
     "image_processor_type": "PixtralImageProcessor",
     "processor_class": "PixtralProcessor",
-    "do_resize": True,
-    "do_rescale": True,
-    "rescale_factor": 1 / 255,
-    "do_normalize": True,
-    "do_convert_rgb": True,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "resample": 3,
+    **_COMMON_PREPROCESSING,
     "patch_size": {"height": 16, "width": 16},
     "size": {"longest_edge": 1024},
 }

@@ -71,6 +71,18 @@ class MultiModalItem:
     part_index: int
     """Index of the part in that message's content."""
 
+    def to_json(self) -> str:
+        """The item as the chat stage hands it to the multimodal stage (one JSON object)."""
+        return json.dumps({"modality": self.modality, "source": self.source, "data": self.data, "uuid": self.uuid})
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "MultiModalItem":
+        d = json.loads(raw)
+        if not isinstance(d, dict):
+            raise InvalidMessagesError("mm_items entries must be JSON objects.")
+        return cls(modality=d.get("modality", "image"), source=d.get("source", "image_url"),
+                   data=d.get("data"), uuid=d.get("uuid"), message_index=-1, part_index=-1)
+
 
 @dataclass(frozen=True)
 class ParsedMessages:

@@ -38,8 +38,7 @@ class TritonPythonModel:
         rendered = self.chat.render_messages(messages, params)
         out = [io.bytes_tensor("prompt", [rendered.prompt]), io.tensor("chat_template_applied", [True], np.bool_)]
         if self.multimodal:
-            items = [json.dumps({"modality": i.modality, "source": i.source, "data": i.data, "uuid": i.uuid})
-                     for i in rendered.mm_items]
+            items = [i.to_json() for i in rendered.mm_items]
             kwargs = {"mm_processor_kwargs": params.mm_processor_kwargs, "media_io_kwargs": params.media_io_kwargs}
             out += [io.bytes_tensor("mm_items", items), io.bytes_tensor("mm_kwargs", [json.dumps(kwargs)])]
         else:

@@ -18,8 +18,7 @@ class TritonPythonModel:
         new_ids = io.get_ids(request, "output_ids")
         all_ids = io.get_ids(request, "sequence_ids")
         final = bool(io.get_scalar(request, "finished", bool))
-        stops_arr = io.get(request, "stop_words")
-        stops = tuple(s.decode() for s in stops_arr.reshape(-1)) if stops_arr is not None else ()
+        stops = io.get_strings(request, "stop_words")
         text = stream_delta(self.tokenizer, all_ids, len(new_ids), final=final, stops=stops)
         return pb_utils.InferenceResponse(output_tensors=[
             io.bytes_tensor("text_output", [text]),

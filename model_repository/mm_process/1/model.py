@@ -6,13 +6,10 @@ them in order. Cache hits and misses are exported as Triton custom metrics.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat.messages import MultiModalItem
-from renderer.errors import InvalidParamsError
 from renderer.model_info import ModelInfo
 from renderer.multimodal.media import MediaLimits
 from renderer.multimodal.processor import MultiModalProcessor
@@ -37,20 +34,16 @@ class TritonPythonModel:
         self.misses = self.misses_family.Metric(labels={"model": "mm_process"})
 
     def _one(self, request):
-        ids = io.get_ids(request, "input_ids")
-        offsets = io.get(request, "token_offsets")
-        items_raw = io.get(request, "mm_items")
-        items = [_item(json.loads(raw)) for raw in (items_raw.reshape(-1) if items_raw is not None else [])]
+        raw_items = io.get(request, "mm_items")
+        items = [MultiModalItem.from_json(r) for r in (raw_items.reshape(-1) if raw_items is not None else [])]
         kwargs = io.get_json(request, "mm_kwargs") or {}
-        out = self.processor.process(ids, items, kwargs.get("mm_processor_kwargs"), kwargs.get("media_io_kwargs"))
-        self.hits.increment(out.cache_hits)
-        self.misses.increment(len(items) - out.cache_hits)
-        # Expansion lengthens the prompt: vLLM checks the context length on the processed ids.
         params = request_tokenize_params(self.info.max_model_len, io.get_json(request, "tokenize_params"), chat=True,
                                          max_output_tokens=io.get_scalar(request, "max_tokens"))
-        params.check_length(len(out.input_ids))
-        # Offsets exist only without media (vLLM): they index text the expansion no longer matches.
-        offsets = offsets if (offsets is not None and not items) else np.zeros((0, 2), np.int32)
+        out, offsets = self.processor.process_tokenized(
+            io.get_ids(request, "input_ids"), io.get(request, "token_offsets"), items, params,
+            kwargs.get("mm_processor_kwargs"), kwargs.get("media_io_kwargs"))
+        self.hits.increment(out.cache_hits)
+        self.misses.increment(len(items) - out.cache_hits)
         tensors = [
             io.tensor("input_ids", np.asarray(out.input_ids, np.int32), np.int32),
             io.tensor("input_lengths", [len(out.input_ids)], np.int32),
@@ -68,9 +61,3 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.processor.close()
 
-
-def _item(d: dict) -> MultiModalItem:
-    if not isinstance(d, dict):
-        raise InvalidParamsError("mm_items entries must be JSON objects.")
-    return MultiModalItem(modality=d.get("modality", "image"), source=d.get("source", "image_url"),
-                          data=d.get("data"), uuid=d.get("uuid"), message_index=-1, part_index=-1)
