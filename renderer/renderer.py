@@ -44,6 +44,9 @@ class RendererConfig:
     enable_prompt_embeds: bool = False
     """vLLM's ``--enable-prompt-embeds``."""
 
+    tokenizer_backend: str = "auto"
+    """Text encoding engine: "auto", "huggingface" or "fastokens" (``renderer.tokenizer_backend``)."""
+
 
 class Renderer:
     """Turns completion requests into engine inputs exactly as vLLM's renderer does."""
@@ -52,11 +55,12 @@ class Renderer:
         self.tokenizer = tokenizer
         self.info = info
         self.config = config
+        self._bagless: dict[tuple[bool, int | None], TokenizeParams] = {}
 
     @classmethod
     def from_config(cls, config: RendererConfig) -> "Renderer":
         info = ModelInfo.from_model_dir(config.model_dir, config.max_model_len)
-        return cls(Tokenizer.from_pretrained(Path(config.model_dir)), info, config)
+        return cls(Tokenizer.from_pretrained(Path(config.model_dir), backend=config.tokenizer_backend), info, config)
 
     # --- defaults ------------------------------------------------------------------------
 
@@ -73,7 +77,17 @@ class Renderer:
     def request_params(self, bag: Mapping[str, Any] | None, *, chat: bool = False,
                        max_output_tokens: int | None = None) -> TokenizeParams:
         """Defaults overlaid with a request's ``tokenize_params`` (and its ``max_tokens``)."""
-        return request_tokenize_params(self.info.max_model_len, bag, chat=chat, max_output_tokens=max_output_tokens)
+        if bag is not None:
+            return request_tokenize_params(self.info.max_model_len, bag, chat=chat, max_output_tokens=max_output_tokens)
+        # Most requests send no bag: their (frozen) params are shared instead of rebuilt.
+        key = (chat, max_output_tokens)
+        params = self._bagless.get(key)
+        if params is None:
+            if len(self._bagless) >= 1024:
+                self._bagless.clear()
+            params = self._bagless[key] = request_tokenize_params(
+                self.info.max_model_len, None, chat=chat, max_output_tokens=max_output_tokens)
+        return params
 
     # --- step 1 ----------------------------------------------------------------------------
 

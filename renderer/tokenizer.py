@@ -4,7 +4,8 @@ Tokenizers are not thread-safe ("Already borrowed", tokenizers issue 537): the R
 carries truncation state that each call mutates. Each thread therefore gets its own copy, made
 once and reused. Fast tokenizers are driven through their Rust ``encode_batch`` directly, the
 same call transformers makes, without per-call Python overhead; slow ones go through the
-transformers call.
+transformers call. Text without offsets goes to ``fastokens`` where it is proven equal at load
+(``tokenizer_backend``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
+
+from . import tokenizer_backend
 
 
 @dataclass(frozen=True)
@@ -45,15 +48,18 @@ class EncodeOptions:
 class Tokenizer:
     """Thread-safe batch tokenizer over a Hugging Face tokenizer folder."""
 
-    def __init__(self, hf_tokenizer: Any) -> None:
+    def __init__(self, hf_tokenizer: Any, backend: str = "huggingface") -> None:
         self._proto = hf_tokenizer
         self._local = threading.local()
+        self.backend, self._fast = tokenizer_backend.choose(backend, hf_tokenizer)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> "Tokenizer":
+    def from_pretrained(cls, path: str | Path, *, backend: str = "huggingface", **kwargs: Any) -> "Tokenizer":
+        """``backend``: ``auto`` (fastokens where proven equal, else Hugging Face),
+        ``huggingface`` or ``fastokens`` (an error where it cannot serve this tokenizer)."""
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(str(path), **kwargs))
+        return cls(AutoTokenizer.from_pretrained(str(path), **kwargs), backend)
 
     # --- per-thread copies ----------------------------------------------------------------
 
@@ -91,15 +97,15 @@ class Tokenizer:
     def truncation_side(self) -> str:
         return getattr(self._proto, "truncation_side", "left") or "left"
 
-    @property
+    @cached_property
     def bos_token_id(self) -> int | None:
         return self._proto.bos_token_id
 
-    @property
+    @cached_property
     def eos_token_id(self) -> int | None:
         return self._proto.eos_token_id
 
-    @property
+    @cached_property
     def pad_token_id(self) -> int | None:
         return self._proto.pad_token_id
 
@@ -111,6 +117,17 @@ class Tokenizer:
             return []
         if opts.max_length == 0:
             return [Encoded([], [] if offsets else None) for _ in texts]
+        if self._fast is not None and not offsets:
+            split_special = bool(getattr(self._proto, "split_special_tokens", False))
+            try:
+                ids = self._fast.encode_batch(texts, add_special_tokens=opts.add_special_tokens,
+                                              max_length=opts.max_length, side=opts.side,
+                                              split_special_tokens=split_special)
+                return [Encoded(x, None) for x in ids]
+            except (ValueError, RuntimeError):
+                # fastokens refuses some inputs Hugging Face accepts (a byte with no token in a
+                # vocabulary without <unk>, which Hugging Face drops): the reference answers.
+                pass
         if self.is_fast:
             return self._encode_fast(texts, opts, offsets)
         return self._encode_slow(texts, opts)

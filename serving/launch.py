@@ -81,6 +81,10 @@ class Settings:
     """vLLM's ``--enable-prompt-embeds``."""
     max_model_len: int = 0
     """Context length; 0 takes the model config's."""
+    tokenizer_backend: str = "auto"
+    """Engine that encodes text: "auto" (``fastokens`` where it equals Hugging Face on the
+    load-time probes, else Hugging Face), "huggingface", or "fastokens" (fails to load where it
+    cannot serve the tokenizer exactly)."""
     max_input_bytes: int = 64 * 1024 * 1024
     """Largest single input tensor a request may send (images included); larger is a 400."""
     log_verbose: int = 0
@@ -175,6 +179,7 @@ def template_vars(s: Settings) -> dict[str, str]:
         "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
         "max_model_len": str(s.max_model_len),
+        "tokenizer_backend": s.tokenizer_backend,
         "mm_cache_bytes": str(s.mm_cache_bytes),
         "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
         "media_hosts": s.media_hosts,

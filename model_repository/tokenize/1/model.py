@@ -17,7 +17,10 @@ class TritonPythonModel:
             model_dir=p["model_dir"],
             max_model_len=int(p.get("max_model_len") or 0),
             enable_prompt_embeds=io.flag(p, "enable_prompt_embeds"),
+            tokenizer_backend=p.get("tokenizer_backend") or "auto",
         ))
+        backend = self.renderer.tokenizer.backend
+        pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
 
     def _parse(self, request):
         prompt = self.renderer.render_prompt(completion_prompt(

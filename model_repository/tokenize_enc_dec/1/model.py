@@ -12,7 +12,9 @@ from serving import triton_io as io
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        renderer = Renderer.from_config(RendererConfig(model_dir=io.model_params(args)["model_dir"]))
+        p = io.model_params(args)
+        renderer = Renderer.from_config(RendererConfig(model_dir=p["model_dir"],
+                                                       tokenizer_backend=p.get("tokenizer_backend") or "auto"))
         self.renderer = EncoderDecoderRenderer(renderer)
 
     def _parse(self, request):
