@@ -83,6 +83,8 @@ class ChatParams:
     @classmethod
     def from_request(cls, bag: Mapping[str, Any] | None) -> "ChatParams":
         """Parse a request's ``chat_params`` bag over the defaults."""
+        if bag is None and cls is ChatParams:
+            return _DEFAULT_PARAMS  # frozen; most requests send no bag
         return cls().with_request(bag)
 
     def with_request(self, bag: Mapping[str, Any] | None) -> "ChatParams":
@@ -120,6 +122,9 @@ class ChatParams:
         if self.documents is not None:
             merged["documents"] = self.documents
         return merged
+
+
+_DEFAULT_PARAMS = ChatParams()
 
 
 # --- field parsers ------------------------------------------------------------------------------

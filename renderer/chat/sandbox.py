@@ -440,6 +440,12 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         return "".join(parts)
 
     def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and type(left) is str and type(right) is str:
+            # Templates concatenate strings all the time: the one size check covers the result.
+            budget = _budget()
+            budget.check_size(len(left) + len(right), "a str")
+            budget.check_time()
+            return left + right
         if operator == "*":
             _check_repeat(left, right)
             _check_repeat(right, left)
