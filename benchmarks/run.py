@@ -14,12 +14,16 @@ Steps, in order (one server at a time, so nothing else competes for the cores):
    Triton's ``generate`` endpoint, the same client and wire format the peer gets; the load
    generator (``benchmarks.loadgen``) on the same endpoint; the ``chat`` ensemble streaming over
    gRPC (time to first token, total);
-3. scaling: the server restarted with other ``tokenize`` / ``chat_render`` instance counts and
-   ``max_queue_delay_us``, perf_analyzer over gRPC at a fixed concurrency;
+3. scaling: the server restarted with other ``tokenize`` / ``chat_render`` instance counts,
+   ``max_queue_delay_us`` and ``tokenizer_backend=huggingface`` (the engine before fastokens),
+   perf_analyzer over gRPC at a fixed concurrency;
+   the floor: the same ensembles with ``tokenize`` / ``chat_render`` replaced by the stand-ins of
+   ``benchmarks/floor`` (no rendering work), what Triton and the Python backend cost per request;
 4. in-process baselines (``benchmarks.inprocess``), no server running;
 5. the peer, when ``build/peer-venv`` exists (``make bench-peer``): vLLM's render server on
    127.0.0.1:19310, every input sent once with its ids checked against ours, then perf_analyzer's
-   ``openai`` kind sweep and the load generator;
+   ``openai`` kind sweep and the load generator; then the same again with ``VLLM_USE_FASTOKENS=1``
+   (vLLM on the text encoding engine our server picks);
 6. ``benchmarks/results/summary.json``, ``results.json``, the charts, and ``docs/PERFORMANCE.md``
    (a quick run writes under ``build/bench/quick/`` and leaves docs/ alone unless ``--docs``).
 """
@@ -31,6 +35,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,6 +67,7 @@ class Plan:
     extra_concurrency: int
     scaling: list[dict[str, int]]
     scaling_concurrency: int
+    floor_concurrency: list[int]
     stream_requests: int
     stream_max_tokens: int
     inprocess_seconds: float
@@ -84,12 +90,14 @@ class Plan:
         out = WORK / "quick" if quick else ROOT / "benchmarks" / "results"
         doc = Path(docs) if docs else (None if quick else ROOT / "docs" / "PERFORMANCE.md")
         if quick:
-            return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, 3, 16, 1.0, [4], 2.0, peer, reason, out, doc)
+            return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, [8], 3, 16, 1.0, [4], 2.0, peer, reason, out, doc)
         return cls(False, [1, 2, 4, 8, 16], ["grpc", "http"], EXTRA_INPUTS, 8,
-                   [{"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 0},
+                   [{"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0,
+                     "tokenizer_backend": "huggingface"},
+                    {"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 0},
                     {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 200},
                     {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 1000}],
-                   8, 8, 16, 3.0, [1, 8], 4.0, peer, reason, out, doc)
+                   8, [1, 8, 16], 8, 16, 3.0, [1, 8], 4.0, peer, reason, out, doc)
 
 
 def server_settings(**overrides: Any):
@@ -210,6 +218,38 @@ def streaming(n: int, max_tokens: int) -> dict[str, Any]:
             "pieces_p50": statistics.median(pieces)}
 
 
+def floor_templates() -> Path:
+    """``model_repository/`` with ``tokenize`` and ``chat_render`` replaced by ``benchmarks/floor``."""
+    dst = WORK / "floor-templates"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(ROOT / "model_repository", dst, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("tokenize", "chat_render"):
+        shutil.copy(ROOT / "benchmarks" / "floor" / f"{name}.py", dst / name / "1" / "model.py")
+    return dst
+
+
+def run_floor(plan: Plan) -> list[dict[str, Any]]:
+    from unittest import mock
+
+    from serving import launch
+
+    rows: list[dict[str, Any]] = []
+    s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "floor-server"))
+    log("the floor: stand-in tokenize / chat_render (benchmarks/floor), same ensembles and settings")
+    with mock.patch.object(launch, "TEMPLATES", floor_templates()):
+        if launch.start(s) != 0:
+            return [{"error": f"floor server did not start; see {s.log_file}"}]
+    try:
+        for model, name in MAIN_INPUTS.items():
+            for proto in plan.protocols:
+                for c in plan.floor_concurrency:
+                    rows.append(pa_row(model, proto, name, c, plan.quick, label=f"floor, perf_analyzer {proto}"))
+    finally:
+        launch.stop(s)
+    return rows
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 def describe(plan: Plan) -> list[str]:
@@ -221,7 +261,8 @@ def describe(plan: Plan) -> list[str]:
         f"inputs: benchmarks/inputs/*.json (regenerated from seed {make_inputs.SEED})",
         f"1. our server: tritonserver http {HTTP_PORT} grpc {GRPC_PORT} metrics {METRICS_PORT}, models {s.models}, "
         f"tokenize_instances={s.tokenize_instances} chat_render_instances={s.chat_render_instances} "
-        f"max_batch_size={s.max_batch_size} max_queue_delay_us={s.max_queue_delay_us}; our ids for {len(ALL_INPUTS)} inputs",
+        f"max_batch_size={s.max_batch_size} max_queue_delay_us={s.max_queue_delay_us} "
+        f"tokenizer_backend={s.tokenizer_backend}; our ids for {len(ALL_INPUTS)} inputs",
     ]
     for model, name in MAIN_INPUTS.items():
         for proto in plan.protocols:
@@ -240,12 +281,15 @@ def describe(plan: Plan) -> list[str]:
             lines.append(f"3. restart with {cfg}: perf_analyzer grpc both models at concurrency {plan.scaling_concurrency}")
     else:
         lines.append("3. scaling: skipped in quick mode")
+    lines.append(f"3. floor: tokenize / chat_render replaced by benchmarks/floor stand-ins, perf_analyzer "
+                 f"{', '.join(plan.protocols)} at concurrency {plan.floor_concurrency}")
     lines.append(f"4. in-process baselines ({plan.inprocess_seconds}s each): transformers, ours"
                  + (", vLLM (peer venv)" if plan.peer else ""))
     if plan.peer:
         lines.append(f"5. peer: vllm launch render on 127.0.0.1:{PEER_PORT} --max-model-len {peer_mod.MAX_MODEL_LEN}; "
                      f"every request of {len(ALL_INPUTS)} inputs once, ids checked against ours; "
-                     f"perf_analyzer openai kind at {plan.concurrency}; loadgen at {plan.loadgen_concurrency}")
+                     f"perf_analyzer openai kind at {plan.concurrency}; loadgen at {plan.loadgen_concurrency}; "
+                     "then all of it again with VLLM_USE_FASTOKENS=1")
     else:
         lines.append(f"5. peer: skipped ({plan.peer_reason})")
     lines.append("6. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
@@ -266,7 +310,7 @@ def run(plan: Plan) -> dict[str, Any]:
                     "loadavg_at_start": os.getloadavg()},
         "perf_analyzer": {"version": pa.version(), "args": pa.QUICK_ARGS if plan.quick else pa.STABLE_ARGS},
         "plan": describe(plan), "sweep": [], "openai_sweep": [], "extra": [], "loadgen": [], "streaming": None,
-        "scaling": [], "inprocess": None, "peer": {"status": "skipped", "reason": plan.peer_reason},
+        "scaling": [], "floor": [], "inprocess": None, "peer": {"status": "skipped", "reason": plan.peer_reason},
     }
     settings = server_settings()
     res["settings"] = {k: v for k, v in dataclasses.asdict(settings).items()
@@ -301,7 +345,8 @@ def run(plan: Plan) -> dict[str, Any]:
     finally:
         launch.stop(settings)
     res["sweep_settings"] = {k: res["settings"][k] for k in ("tokenize_instances", "chat_render_instances",
-                                                              "max_queue_delay_us", "max_batch_size")}
+                                                              "max_queue_delay_us", "max_batch_size",
+                                                              "tokenizer_backend")}
 
     # 3. scaling
     for cfg in plan.scaling:
@@ -316,6 +361,8 @@ def run(plan: Plan) -> dict[str, Any]:
                 res["scaling"].append({**cfg, **row})
         finally:
             launch.stop(s)
+
+    res["floor"] = run_floor(plan)
 
     # 4. in-process baselines (no server running)
     log("in-process baselines")
@@ -332,19 +379,22 @@ def run(plan: Plan) -> dict[str, Any]:
         res["inprocess"] = {"error": proc.stderr[-2000:]}
         log("  in-process baselines failed: " + proc.stderr[-300:])
 
-    # 5. the peer
+    # 5. the peer: as deployed by default, then on the fastokens engine
     if plan.peer:
         res["peer"] = run_peer(plan)
+        res["peer_fastokens"] = run_peer(plan, fastokens=True)
 
     res["elapsed_s"] = time.time() - t_start
     return res
 
 
-def run_peer(plan: Plan) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": "ran", "version": peer_mod.version(), "port": PEER_PORT,
+def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
+    engine = "fastokens (VLLM_USE_FASTOKENS=1)" if fastokens else "Hugging Face tokenizers (default)"
+    label = "vLLM render, fastokens" if fastokens else "vLLM render"
+    out: dict[str, Any] = {"status": "ran", "version": peer_mod.version(), "port": PEER_PORT, "engine": engine,
                            "max_model_len": peer_mod.MAX_MODEL_LEN, "verify": [], "sweep": [], "loadgen": []}
-    srv = peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render.log")
-    log(f"starting the peer: {' '.join(srv.command()[1:])}")
+    srv = peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render.log", fastokens=fastokens)
+    log(f"starting the peer ({engine}): {' '.join(srv.command()[1:])}")
     t0 = time.time()
     try:
         srv.start()
@@ -366,7 +416,9 @@ def run_peer(plan: Plan) -> dict[str, Any]:
             for c in plan.loadgen_concurrency:
                 out["loadgen"].append(loadgen_row("peer", srv.url, name, c, plan.loadgen_seconds))
         for r in out["sweep"]:
-            r["driver"] = "perf_analyzer JSON -> vLLM render"
+            r["driver"] = f"perf_analyzer JSON -> {label}"
+        for r in out["loadgen"] + out["verify"]:
+            r["driver"] = f"loadgen -> {label}"
     finally:
         srv.stop()
     return out
