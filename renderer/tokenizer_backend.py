@@ -46,6 +46,9 @@ class FastokensEngine:
     def __init__(self, engine: Any) -> None:
         from fastokens._native import Encoding
 
+        # A tokenizer.json may carry padding or truncation settings; ours are applied per call.
+        engine.no_padding()
+        engine.no_truncation()
         self._fk = engine
         self._n_special = engine.num_special_tokens_to_add(False)
         # The post-processor's tokens around one sequence, so truncated ids get them without a
@@ -139,17 +142,15 @@ def _hf_ids(hf_backend: Any, texts: list[str], add_special_tokens: bool, max_len
         hf_backend.no_truncation()
     else:
         hf_backend.enable_truncation(max_length, strategy="longest_first", direction=side)
-    try:
-        return [e.ids for e in hf_backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
-    finally:
-        hf_backend.no_truncation()
+    return [e.ids for e in hf_backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
 
 def parity_problem(hf_backend: Any, engine: FastokensEngine, split_special_tokens: bool) -> str | None:
     """The first probe on which ``engine`` and Hugging Face disagree, described; None if none."""
     texts = _probes(hf_backend)
     n_special = hf_backend.num_special_tokens_to_add(False)
-    saved = hf_backend.encode_special_tokens
+    # The probes run on the shared prototype: put back every setting they change.
+    saved = hf_backend.encode_special_tokens, hf_backend.truncation, hf_backend.padding
     hf_backend.encode_special_tokens = split_special_tokens
     try:
         for add_special in (False, True):
@@ -162,7 +163,9 @@ def parity_problem(hf_backend: Any, engine: FastokensEngine, split_special_token
                         return (f"probe {text[:60]!r} (add_special_tokens={add_special}, max_length={max_length}, "
                                 f"{side}): Hugging Face {w[:8]}..., fastokens {g[:8]}...")
     finally:
-        hf_backend.encode_special_tokens = saved
+        hf_backend.encode_special_tokens, truncation, padding = saved
+        hf_backend.no_truncation() if truncation is None else hf_backend.enable_truncation(**truncation)
+        hf_backend.no_padding() if padding is None else hf_backend.enable_padding(**padding)
     return None
 
 

@@ -199,3 +199,15 @@ def test_live_tokenize_stage_encodes_with_fastokens(server, client, hf_tokenizer
     assert "tokenizer backend fastokens" in lines[-1], lines[-1]
     for text in ("Ünïcödé 中文 👨\u200d👩\u200d👧 don't   stop\r\n\t<|im_start|>x", "a" * 3000 + " b", "x\u3000y\u2028z 1234567"):
         assert client.render_completion(text).input_ids == hf_tokenizer(text)["input_ids"]
+
+
+def test_gate_leaves_the_prototype_as_it_found_it(tokenizer_dirs):
+    from transformers import AutoTokenizer
+
+    hf_tok = AutoTokenizer.from_pretrained(tokenizer_dirs["smollm2"])
+    backend = hf_tok.backend_tokenizer
+    backend.enable_truncation(77, strategy="longest_first", direction="left")
+    backend.enable_padding(pad_id=3, pad_token="<pad>", length=5)
+    before = (backend.truncation, backend.padding, backend.encode_special_tokens)
+    assert Tokenizer(hf_tok, "auto").backend.name == "fastokens"
+    assert (backend.truncation, backend.padding, backend.encode_special_tokens) == before
