@@ -98,14 +98,10 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     for r in _ok(res["sweep"] + res["openai_sweep"]):
         if r["concurrency"] == 1:
             p50["ours"][f"{r['model']} {r['protocol'] if r['protocol'] != 'openai' else 'http-json'}"] = _r(r["p50_ms"])
-    if peer_ran:
-        for r in _ok(peer.get("sweep", [])):
-            if r["concurrency"] == 1:
-                p50["peer"][f"{r['model']} http-json"] = _r(r["p50_ms"])
-    if pfk_ran:
-        for r in _ok(pfk.get("sweep", [])):
-            if r["concurrency"] == 1:
-                p50["peer_fastokens"][f"{r['model']} http-json"] = _r(r["p50_ms"])
+    for key, ran, run in (("peer", peer_ran, peer), ("peer_fastokens", pfk_ran, pfk)):
+        if ran:
+            p50[key] = {f"{r['model']} http-json": _r(r["p50_ms"]) for r in _ok(run.get("sweep", []))
+                        if r["concurrency"] == 1}
     s["p50_ms_c1"] = p50
     s["ids_equal"] = ids_summary(res)
     s["streaming"] = res.get("streaming")
@@ -121,31 +117,24 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def _tally(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Id checks summed over load generator rows."""
+    return {k: sum(r.get(k, 0) for r in rows) for k in ("checked", "mismatched", "errors")}
+
+
 def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     peer = res.get("peer") or {}
     rows = peer.get("verify", []) + peer.get("loadgen", [])
-    if rows:
-        out["vllm_render_server_vs_ours"] = {
-            "checked": sum(r.get("checked", 0) for r in rows),
-            "mismatched": sum(r.get("mismatched", 0) for r in rows),
-            "errors": sum(r.get("errors", 0) for r in rows),
-            "inputs": sorted({r["input"] for r in peer.get("verify", [])}),
-            "first_errors": [e for r in rows for e in r.get("first_errors", [])][:5]}
-    else:
-        out["vllm_render_server_vs_ours"] = None
+    out["vllm_render_server_vs_ours"] = {
+        **_tally(rows), "inputs": sorted({r["input"] for r in peer.get("verify", [])}),
+        "first_errors": [e for r in rows for e in r.get("first_errors", [])][:5]} if rows else None
     pfk = res.get("peer_fastokens") or {}
     rows = pfk.get("verify", []) + pfk.get("loadgen", [])
     if rows:
-        out["vllm_render_server_fastokens_vs_ours"] = {
-            "checked": sum(r.get("checked", 0) for r in rows),
-            "mismatched": sum(r.get("mismatched", 0) for r in rows),
-            "errors": sum(r.get("errors", 0) for r in rows)}
-    lg = res.get("loadgen", [])
-    if lg:
-        out["triton_generate_vs_our_grpc"] = {"checked": sum(r.get("checked", 0) for r in lg),
-                                              "mismatched": sum(r.get("mismatched", 0) for r in lg),
-                                              "errors": sum(r.get("errors", 0) for r in lg)}
+        out["vllm_render_server_fastokens_vs_ours"] = _tally(rows)
+    if res.get("loadgen"):
+        out["triton_generate_vs_our_grpc"] = _tally(res["loadgen"])
     for name, checks in ((res.get("inprocess") or {}).get("checks") or {}).items():
         for k, v in checks.items():
             agg = out.setdefault(k, {"checked": 0, "mismatched": 0})
