@@ -36,6 +36,10 @@ STABLE_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-cou
                "--stability-percentage", "50", "--max-trials", "6"]
 QUICK_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count", "100",
               "--stability-percentage", "80", "--max-trials", "3"]
+# One round of the head-to-head (benchmarks/head_to_head.py): short windows, many rounds; the medians
+# over rounds carry the weight, not one long run.
+ROUND_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count", "400",
+              "--stability-percentage", "50", "--max-trials", "3"]
 
 
 def install_dir() -> Path:
@@ -108,13 +112,14 @@ class Row:
 
 
 def run(model: str, url: str, protocol: str, input_data: Path, concurrency: int, *, quick: bool = False,
-        extra: list[str] | None = None, timeout_s: float = 180.0, log: Path | None = None) -> Row:
+        extra: list[str] | None = None, timeout_s: float = 180.0, log: Path | None = None,
+        window: list[str] | None = None) -> Row:
     """One perf_analyzer run at one concurrency; returns its row (raises with the output on failure)."""
     with tempfile.TemporaryDirectory() as tmp:
         out_csv = Path(tmp) / "pa.csv"
         cmd = [str(binary()), "-m", model, "-u", url, "-i", protocol, "--input-data", str(input_data),
                "--concurrency-range", f"{concurrency}:{concurrency}", "-f", str(out_csv), "--percentile", "50"]
-        cmd += (QUICK_ARGS if quick else STABLE_ARGS) + list(extra or [])
+        cmd += (window or (QUICK_ARGS if quick else STABLE_ARGS)) + list(extra or [])
         try:
             proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as e:

@@ -24,7 +24,10 @@ Steps, in order (one server at a time, so nothing else competes for the cores):
    127.0.0.1:19310, every input sent once with its ids checked against ours, then perf_analyzer's
    ``openai`` kind sweep and the load generator; then the same again with ``VLLM_USE_FASTOKENS=1``
    (vLLM on the text encoding engine our server picks);
-6. ``benchmarks/results/summary.json``, ``results.json``, the charts, and ``docs/PERFORMANCE.md``
+6. the head-to-head, when the peer ran (``benchmarks.head_to_head``): our server, the floor and both
+   peers up at once, perf_analyzer rounds alternating between them at a few concurrencies; the targets are judged
+   on its medians as well as on the sequential sweeps;
+7. ``benchmarks/results/summary.json``, ``results.json``, the charts, and ``docs/PERFORMANCE.md``
    (a quick run writes under ``build/bench/quick/`` and leaves docs/ alone unless ``--docs``).
 """
 
@@ -43,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import head_to_head as h2h
 from benchmarks import make_inputs
 from benchmarks import perf_analyzer as pa
 from benchmarks import peer as peer_mod
@@ -52,6 +56,8 @@ BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))
 WORK = BUILD / "bench"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 19300, 19301, 19302
 PEER_PORT = 19310
+PEER_FASTOKENS_PORT = 19320  # the second peer, up beside the first in the head-to-head
+FLOOR_PORT = 19330  # the floor server's HTTP port in the head-to-head (gRPC +1, metrics +2)
 
 MAIN_INPUTS = {"render_completion": "completion_mix", "render_chat": "chat_mix"}
 EXTRA_INPUTS = ["completion_short", "completion_long", "chat_multiturn", "chat_tools"]
@@ -73,6 +79,8 @@ class Plan:
     inprocess_seconds: float
     loadgen_concurrency: list[int]
     loadgen_seconds: float
+    h2h_rounds: int
+    h2h_concurrency: list[int]
     peer: bool
     peer_reason: str
     out_dir: Path
@@ -90,7 +98,8 @@ class Plan:
         out = WORK / "quick" if quick else ROOT / "benchmarks" / "results"
         doc = Path(docs) if docs else (None if quick else ROOT / "docs" / "PERFORMANCE.md")
         if quick:
-            return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, [8], 3, 16, 1.0, [4], 2.0, peer, reason, out, doc)
+            return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, [8], 3, 16, 1.0, [4], 2.0, 1, [1, 8],
+                       peer, reason, out, doc)
         return cls(False, [1, 2, 4, 8, 16], ["grpc", "http"], EXTRA_INPUTS, 8,
                    [{"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 0,
                      "tokenizer_backend": "huggingface"},
@@ -99,7 +108,7 @@ class Plan:
                     {"tokenize_instances": 3, "chat_render_instances": 3, "max_queue_delay_us": 0},
                     {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 200},
                     {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 1000}],
-                   8, [1, 8, 16], 8, 16, 3.0, [1, 8], 4.0, peer, reason, out, doc)
+                   8, [1, 8, 16], 8, 16, 3.0, [1, 8], 4.0, 5, [1, 8, 16], peer, reason, out, doc)
 
 
 def server_settings(**overrides: Any):
@@ -124,7 +133,7 @@ def log(msg: str) -> None:
 # --- pieces ------------------------------------------------------------------------------------
 
 def pa_row(model: str, protocol: str, input_name: str, conc: int, quick: bool, url: str | None = None,
-           extra: list[str] | None = None, label: str | None = None) -> dict[str, Any]:
+           extra: list[str] | None = None, label: str | None = None, window: list[str] | None = None) -> dict[str, Any]:
     url = url or f"127.0.0.1:{GRPC_PORT if protocol == 'grpc' else HTTP_PORT}"
     data = make_inputs.path_of(input_name)
     if extra and "openai" in extra:
@@ -133,7 +142,7 @@ def pa_row(model: str, protocol: str, input_name: str, conc: int, quick: bool, u
             "driver": label or f"perf_analyzer {protocol}"}
     try:
         r = pa.run(model, url, "http" if protocol == "openai" else protocol, data, conc, quick=quick, extra=extra,
-                   log=WORK / "perf_analyzer.log")
+                   log=WORK / "perf_analyzer.log", window=window)
         base.update(requests_per_s=r.throughput, p50_ms=r.p50_ms, p90_ms=r.p90_ms, p99_ms=r.p99_ms)
         log(f"  {base['driver']:<34} {model:<18} {input_name:<17} c={conc:<3} {r.throughput:8.1f} req/s  p50 {r.p50_ms:6.2f} ms")
     except Exception as e:  # noqa: BLE001 - one failed measurement is recorded, the run goes on
@@ -294,7 +303,14 @@ def describe(plan: Plan) -> list[str]:
                      "then all of it again with VLLM_USE_FASTOKENS=1")
     else:
         lines.append(f"5. peer: skipped ({plan.peer_reason})")
-    lines.append("6. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
+    if plan.peer:
+        lines.append(f"6. head-to-head: our server, the floor on {FLOOR_PORT}, vLLM on {PEER_PORT} and vLLM on "
+                     f"fastokens on {PEER_FASTOKENS_PORT} up at once; {plan.h2h_rounds} rounds alternating ours "
+                     "(grpc, http), the floor (grpc) and both peers, both "
+                     f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; medians")
+    else:
+        lines.append("6. head-to-head: skipped (needs the peer)")
+    lines.append("7. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
     return lines
 
 
@@ -385,6 +401,7 @@ def run(plan: Plan) -> dict[str, Any]:
     if plan.peer:
         res["peer"] = run_peer(plan)
         res["peer_fastokens"] = run_peer(plan, fastokens=True)
+        res["head_to_head"] = run_head_to_head(plan)
 
     res["elapsed_s"] = time.time() - t_start
     return res
@@ -424,6 +441,66 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
     finally:
         srv.stop()
     return out
+
+
+def run_head_to_head(plan: Plan) -> dict[str, Any]:
+    """Our server and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``)."""
+    from serving import launch
+
+    from unittest import mock
+
+    s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
+    fs = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-floor-server"),
+                         http_port=FLOOR_PORT, grpc_port=FLOOR_PORT + 1, metrics_port=FLOOR_PORT + 2)
+    peers = [("vllm", "peer", peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render-h2h.log")),
+             ("vllm fastokens", "peer_fastokens",
+              peer_mod.PeerServer(model_dir(), PEER_FASTOKENS_PORT, log=WORK / "vllm-render-h2h-fastokens.log",
+                                  fastokens=True))]
+    log(f"head-to-head: our server, the floor and both peers up at once, {plan.h2h_rounds} alternating rounds")
+    if launch.start(s) != 0:
+        return {"error": f"our server did not start; see {s.log_file}"}
+    started = []
+    floor_up = False
+    try:
+        with mock.patch.object(launch, "TEMPLATES", floor_templates()):
+            if launch.start(fs) != 0:
+                return {"error": f"the floor server did not start; see {fs.log_file}"}
+        floor_up = True
+        for _, _, p in peers:
+            p.start()
+            started.append(p)
+
+        def ours(proto: str) -> h2h.Measure:
+            return lambda model, name, c: pa_row(model, proto, name, c, plan.quick, window=pa.ROUND_ARGS,
+                                                 label=f"head-to-head, ours {proto}")
+
+        def theirs(p: peer_mod.PeerServer, label: str) -> h2h.Measure:
+            def measure(model: str, name: str, c: int) -> dict[str, Any]:
+                endpoint = "v1/completions/render" if model == "render_completion" else "v1/chat/completions/render"
+                row = pa_row(model, "openai", name, c, plan.quick, url=p.url, label="peer",
+                             extra=openai_extra(endpoint), window=pa.ROUND_ARGS)
+                return dict(row, driver=f"head-to-head, {label}")
+            return measure
+
+        def floor(model: str, name: str, c: int) -> dict[str, Any]:
+            return pa_row(model, "grpc", name, c, plan.quick, url=f"127.0.0.1:{fs.grpc_port}", window=pa.ROUND_ARGS,
+                          label="head-to-head, floor grpc")
+
+        targets = [h2h.Target("ours grpc", "ours", ours("grpc")), h2h.Target("ours http", "ours", ours("http")),
+                   h2h.Target("floor grpc", "floor", floor)]
+        targets += [h2h.Target(name, side, theirs(p, name)) for name, side, p in peers]
+        cases = [h2h.Case(model, name, c) for model, name in MAIN_INPUTS.items() for c in plan.h2h_concurrency]
+        out = h2h.run(targets, cases, plan.h2h_rounds, progress=log)
+        out["window"] = pa.ROUND_ARGS
+        return out
+    except Exception as e:  # noqa: BLE001 - the rest of the run's results still get written
+        return {"error": str(e)[-2000:]}
+    finally:
+        for p in started:
+            p.stop()
+        if floor_up:
+            launch.stop(fs)
+        launch.stop(s)
 
 
 def main(argv: list[str] | None = None) -> int:
