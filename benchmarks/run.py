@@ -1,6 +1,6 @@
 """``make bench``: every benchmark of the renderer, in one run on one machine.
 
-    python -m benchmarks.run              # full run (~12-15 min on 2 cores)
+    python -m benchmarks.run              # full run (~15 min on 2 cores; ~25 with the peer and the head-to-head)
     python -m benchmarks.run --quick      # smoke run (~2-3 min); also BENCH_QUICK=1
     python -m benchmarks.run --quick --dry-run   # print the plan, run nothing
     python -m benchmarks.run --no-peer    # leave vLLM out even when build/peer-venv exists
