@@ -61,7 +61,8 @@ perf-analyzer: $(STAMP)
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.perf_analyzer
 
 # Full run (~15 min; ~25 with the vLLM peer and the head-to-head) on ports 19300-19302
-# (+19310, 19320, 19330 with the peer); BENCH_QUICK=1 for a ~2-3 min smoke run into build/bench/quick/. Uses vLLM as the peer when build/peer-venv exists.
+# (+19310, 19320, 19330 with the peer); BENCH_QUICK=1 for a ~2-3 min smoke run into
+# build/bench/quick/. Uses vLLM as the peer when build/peer-venv exists.
 bench: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
