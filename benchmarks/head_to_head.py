@@ -2,9 +2,9 @@
 
 The sweeps of ``benchmarks.run`` measure our server, then (minutes later, with ours stopped) the
 peer. On a shared 2-core machine the background load drifts over minutes, so two sequential sweeps
-can land in different weather: in one committed run the peer's p50 at concurrency 1 read 2.55 ms,
-and 1.54 ms in an interleaved run of the next session. Here every target is already up and idle
-while another is driven; each round measures every target once per case, the order reversed every
+can land in different stretches of it, and a ratio of their figures carries that drift (compare the
+two columns of the Targets table in ``docs/PERFORMANCE.md``). Here every target is already up and
+idle while another is driven; each round measures every target once per case, the order reversed every
 other round, and the summary compares medians over rounds. Idle servers cost nothing: a Triton
 stub and vLLM's API server both block waiting for requests.
 

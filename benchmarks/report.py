@@ -127,7 +127,7 @@ def head_to_head_summary(res: dict[str, Any]) -> dict[str, Any]:
         return {"head_to_head": {"error": hh["error"]} if hh.get("error") else None}
     out: dict[str, Any] = {"head_to_head": {
         "rounds": hh["rounds"], "window": hh.get("window"), "errors": hh.get("errors", []),
-        "method": "our server and both peers up at once; each round measures every target once per case, the "
+        "method": "our server, the floor and both peers up at once; each round measures every target once per case, the "
                   "order reversed every other round; figures are medians over rounds",
         "rows": [{k: v for k, v in r.items() if k != "samples"} for r in rows]}}
     p50: dict[str, Any] = {"ours": {}, "floor": {}, "peer": {}, "peer_fastokens": {}}
@@ -323,13 +323,14 @@ def targets(s: dict[str, Any]) -> list[str]:
     return out
 
 
-def head_to_head_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+def head_to_head_section(s: dict[str, Any]) -> list[str]:
+    """The head-to-head table (medians per target and case) and what it says about the floor."""
     hh = s.get("head_to_head")
     if not hh:
         return []
     if hh.get("error"):
         return ["## Head-to-head\n", f"Failed: {hh['error'][:500]}\n"]
-    rows_in = (res.get("head_to_head") or {}).get("rows", [])
+    rows_in = hh["rows"]
     names = list(dict.fromkeys(r["target"] for r in rows_in))
     cases = list(dict.fromkeys((r["model"], r["concurrency"]) for r in rows_in))
     cell = {(r["model"], r["concurrency"], r["target"]): r for r in rows_in}
@@ -409,7 +410,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
              + ("; " + "; ".join(f"vLLM on fastokens {k} {v}" for k, v in p50["peer_fastokens"].items())
                 if p50.get("peer_fastokens") else "") + ".\n")
     L += targets(s)
-    L += head_to_head_section(res, s)
+    L += head_to_head_section(s)
     if any(s.get(f"render_{k}_floor") for k in ("completion", "chat")):
         L.append("## The Triton floor\n")
         L.append("The same ensembles, configs and settings with `tokenize` and `chat_render` replaced by stand-ins "

@@ -5,7 +5,8 @@
     python -m benchmarks.run --quick --dry-run   # print the plan, run nothing
     python -m benchmarks.run --no-peer    # leave vLLM out even when build/peer-venv exists
 
-Steps, in order (one server at a time, so nothing else competes for the cores):
+Steps, in order (one server at a time, so nothing else competes for the cores; in the head-to-head
+several are up, but only the one being measured gets requests):
 
 1. our server (``serving.launch``) on 127.0.0.1:19300 (HTTP), 19301 (gRPC), 19302 (metrics);
    our ids for every input (the reference every other driver is checked against);
@@ -160,6 +161,11 @@ def openai_inputs(input_name: str, target: str) -> Path:
     bodies = [json.loads((loadgen.peer_request(r) if target == "peer" else loadgen.triton_request(r))[1]) for r in reqs]
     path.write_text(json.dumps({"data": [{"payload": [b]} for b in bodies]}, ensure_ascii=False))
     return path
+
+
+def peer_endpoint(model: str) -> str:
+    """vLLM's render route for the work of one of our ensembles."""
+    return "v1/completions/render" if model == "render_completion" else "v1/chat/completions/render"
 
 
 def openai_extra(endpoint: str) -> list[str]:
@@ -428,7 +434,7 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
             out["verify"].append(row)
             log(f"  {name:<17} checked {row.get('checked')} mismatched {row.get('mismatched')} errors {row.get('errors')}")
         for model, name in MAIN_INPUTS.items():
-            endpoint = "v1/completions/render" if model == "render_completion" else "v1/chat/completions/render"
+            endpoint = peer_endpoint(model)
             for c in plan.concurrency:
                 out["sweep"].append(pa_row(model, "openai", name, c, plan.quick, url=srv.url, label="peer",
                                            extra=openai_extra(endpoint)))
@@ -444,10 +450,10 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
 
 
 def run_head_to_head(plan: Plan) -> dict[str, Any]:
-    """Our server and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``)."""
-    from serving import launch
-
+    """Our server, the floor and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``)."""
     from unittest import mock
+
+    from serving import launch
 
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
     fs = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-floor-server"),
@@ -476,9 +482,8 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
 
         def theirs(p: peer_mod.PeerServer, label: str) -> h2h.Measure:
             def measure(model: str, name: str, c: int) -> dict[str, Any]:
-                endpoint = "v1/completions/render" if model == "render_completion" else "v1/chat/completions/render"
                 row = pa_row(model, "openai", name, c, plan.quick, url=p.url, label="peer",
-                             extra=openai_extra(endpoint), window=pa.ROUND_ARGS)
+                             extra=openai_extra(peer_endpoint(model)), window=pa.ROUND_ARGS)
                 return dict(row, driver=f"head-to-head, {label}")
             return measure
 
