@@ -53,8 +53,9 @@ def run(targets: list[Target], cases: list[Case], rounds: int,
             for t in order:
                 row = t.measure(case.model, case.input_name, case.concurrency)
                 if row.get("error") or row.get("requests_per_s") is None:
-                    errors.append(f"round {rnd} {t.name} {case.model} c={case.concurrency}: "
-                                  f"{str(row.get('error'))[:300]}")
+                    # perf_analyzer's reason is its last line; the line before it is the command.
+                    lines = [ln for ln in str(row.get("error")).splitlines() if ln.strip()] or ["no result"]
+                    errors.append(f"round {rnd} {t.name} {case.model} c={case.concurrency}: {lines[-1][:300]}")
                     continue
                 samples.setdefault((case.model, case.concurrency, t.name), []).append(row)
         progress(f"head-to-head round {rnd + 1}/{rounds} done")

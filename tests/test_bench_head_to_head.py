@@ -19,7 +19,7 @@ def _measure(log: list[str], name: str, rates: dict[tuple[str, int], list[float]
         log.append(name)
         rate = rates[(model, c)].pop(0)
         if not rate:
-            return {"error": "perf_analyzer failed"}
+            return {"error": "perf_analyzer failed (2): perf_analyzer -m x\nFailed to obtain stable measurement."}
         return {"requests_per_s": rate, "p50_ms": 1000.0 * c / rate}
     return measure
 
@@ -48,7 +48,7 @@ def test_medians_over_rounds_leave_out_failed_measurements() -> None:
     assert rows[("ours grpc", 1)]["requests_per_s"] == 450.0 and rows[("ours grpc", 1)]["rounds"] == 3
     # The peer's failed second round is not a zero in its median: median of 250 and 350.
     assert rows[("vllm", 1)]["requests_per_s"] == 300.0 and rows[("vllm", 1)]["rounds"] == 2
-    assert len(out["errors"]) == 1 and "round 1 vllm render_chat c=1" in out["errors"][0]
+    assert out["errors"] == ["round 1 vllm render_chat c=1: Failed to obtain stable measurement."]
     assert h2h.best(out["rows"], "render_chat", "ours")["concurrency"] == 8
     assert h2h.p50_c1(out["rows"], "render_chat", "peer")["p50_ms"] == rows[("vllm", 1)]["p50_ms"]
 
