@@ -246,17 +246,24 @@ def floor_templates() -> Path:
     return dst
 
 
-def run_floor(plan: Plan) -> list[dict[str, Any]]:
+def start_floor(s: Any) -> bool:
+    """Start a server with settings ``s`` on the floor's model repository; True when it is ready."""
     from unittest import mock
 
+    from serving import launch
+
+    with mock.patch.object(launch, "TEMPLATES", floor_templates()):
+        return launch.start(s) == 0
+
+
+def run_floor(plan: Plan) -> list[dict[str, Any]]:
     from serving import launch
 
     rows: list[dict[str, Any]] = []
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "floor-server"))
     log("the floor: stand-in tokenize / chat_render (benchmarks/floor), same ensembles and settings")
-    with mock.patch.object(launch, "TEMPLATES", floor_templates()):
-        if launch.start(s) != 0:
-            return [{"error": f"floor server did not start; see {s.log_file}"}]
+    if not start_floor(s):
+        return [{"error": f"floor server did not start; see {s.log_file}"}]
     try:
         for model, name in MAIN_INPUTS.items():
             for proto in plan.protocols:
@@ -451,8 +458,6 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
 
 def run_head_to_head(plan: Plan) -> dict[str, Any]:
     """Our server, the floor and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``)."""
-    from unittest import mock
-
     from serving import launch
 
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
@@ -468,9 +473,8 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
     started = []
     floor_up = False
     try:
-        with mock.patch.object(launch, "TEMPLATES", floor_templates()):
-            if launch.start(fs) != 0:
-                return {"error": f"the floor server did not start; see {fs.log_file}"}
+        if not start_floor(fs):
+            return {"error": f"the floor server did not start; see {fs.log_file}"}
         floor_up = True
         for _, _, p in peers:
             p.start()
