@@ -1,135 +1,205 @@
-"""Token ids back to text, including an incremental mode that is safe for streaming.
+"""Generated ids back to text the way vLLM's output processor does it (``vllm/v1/engine/detokenizer.py``).
 
-Streaming text is defined so that the pieces always concatenate to the non-streamed text:
-piece k is ``visible(ids[:k]) - visible(ids[:k-1])`` where ``visible`` decodes the whole
-sequence, then, unless it is the final response, holds back
+For one request, fed the engine's new ids as they arrive:
 
-- trailing U+FFFD: a multi-byte character whose remaining bytes are still to come, and
-- a tail that could be the start of a stop string.
+- incremental decoding primed with the prompt ids (``tokenizers``' ``DecodeStream``, which is
+  what vLLM uses for fast tokenizers), so a piece never holds half a UTF-8 character and the
+  first token's leading space is decoded in context; cost per token does not grow with length;
+- the ids that end a request as a stop (end id, the other EOS ids, ``stop_token_ids``) end it
+  wherever they come, stay in the ids, and their text is left out unless
+  ``include_stop_str_in_output``;
+- stop strings: the earliest one completed in the new text ends generation, and the text is cut
+  before it (or after it, with ``include_stop_str_in_output``); never checked before
+  ``min_tokens`` ids;
+- while streaming, the last ``max(len(stop)) - 1`` characters are held back (they could be the
+  start of a stop string) until the request finishes.
 
-Because ``visible`` is a pure function of the ids, the stage needs no per-request state: any
-response can be detokenized on its own, whichever instance takes it. Decoding whole sequences
-keeps every space the tokenizer's decoder would emit (decoding pieces alone drops SentencePiece
-leading spaces).
+So the streamed pieces concatenate to exactly the non-streamed text.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Sequence
 
 REPLACEMENT_CHAR = "\ufffd"
 
 
-class Decoder(Protocol):
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
-
-
 @dataclass(frozen=True)
-class StopMatch:
-    """Where generated text meets a stop string."""
+class Progress:
+    """What one batch of new ids did to a request."""
 
-    index: int
-    """Character index where the stop string starts; the text is cut there."""
+    ids: list[int]
+    """The new ids kept: those after the one that ended generation are dropped."""
 
-    stop: str
-    """The stop string found."""
+    finish_reason: str | None
+    """None while generating; "stop" (stop id or stop string) or "length" (``max_tokens``)."""
+
+    stop_reason: str | int | None = None
+    """The stop string or stop id that ended generation."""
 
 
-def find_stop(text: str, stops: Sequence[str], start: int = 0) -> StopMatch | None:
-    """The earliest stop string in ``text[start:]``; stops are searched from ``start`` so a
-    caller scanning incrementally only rescans the tail."""
-    best: StopMatch | None = None
+def check_stop_strings(text: str, new_chars: int, stops: Sequence[str], include: bool) -> tuple[str, int] | None:
+    """vLLM's ``check_stop_strings``: the stop string completed earliest within the last
+    ``new_chars`` characters (ties by list order), and the length to cut the text to
+    (-1: no cut)."""
+    if not new_chars or not stops:
+        return None
+    best: tuple[str, int] | None = None
+    best_end = sys.maxsize
     for s in stops:
-        if not s:
-            continue
-        i = text.find(s, start)
-        if i >= 0 and (best is None or i < best.index):
-            best = StopMatch(i, s)
-    return best
+        i = text.find(s, max(0, len(text) - new_chars - len(s) + 1))
+        if i != -1 and i + len(s) < best_end:
+            best, best_end = (s, i), i + len(s)
+    if best is None:
+        return None
+    s, i = best
+    if include:
+        end = i + len(s)
+        return (s, -1) if end >= len(text) else (s, end)
+    return s, i
 
 
-def partial_stop_len(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of some stop string."""
-    longest = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), longest, -1):
-            if text.endswith(s[:n]):
-                longest = n
-                break
-    return longest
+class _FastStream:
+    """``tokenizers.decoders.DecodeStream`` primed with the prompt (vLLM's fast path)."""
+
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int] | None, skip_special_tokens: bool) -> None:
+        from tokenizers.decoders import DecodeStream
+
+        self._tok = tokenizer
+        self._skip = skip_special_tokens
+        self._stream = DecodeStream(ids=list(prompt_ids or []), skip_special_tokens=skip_special_tokens)
+
+    def step(self, token_id: int) -> str:
+        try:
+            return self._stream.step(self._tok, int(token_id)) or ""
+        except Exception as e:  # noqa: BLE001 - vLLM's recovery (its issue 17448): restart the stream
+            if "Invalid prefix" not in str(e):
+                raise
+            from tokenizers.decoders import DecodeStream
+
+            self._stream = DecodeStream(skip_special_tokens=self._skip)
+            return self._stream.step(self._tok, int(token_id)) or ""
 
 
-def visible_text(
-    decoder: Decoder,
-    ids: Sequence[int],
-    *,
-    final: bool,
-    stops: Sequence[str] = (),
-    skip_special_tokens: bool = True,
-) -> str:
-    """The text a client may see after ``ids``: cut at a stop string, tail held back unless final."""
-    text = decoder.decode(ids, skip_special_tokens=skip_special_tokens)
-    match = find_stop(text, stops)
-    if match is not None:
-        return text[: match.index]
-    if final:
-        return text
-    end = len(text)
-    while end > 0 and text[end - 1] == REPLACEMENT_CHAR:
-        end -= 1
-    text = text[:end]
-    hold = partial_stop_len(text, stops)
-    return text[: len(text) - hold] if hold else text
+class _SlowStream:
+    """Prefix/read offsets over ``decode`` for tokenizers without a Rust core."""
 
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int] | None, skip_special_tokens: bool) -> None:
+        self._tok = tokenizer
+        self._skip = skip_special_tokens
+        self._ids = list(prompt_ids or [])[-6:]  # a few ids of context decode the first space right
+        self._prefix = 0
+        self._read = len(self._ids)
 
-def stream_delta(
-    decoder: Decoder,
-    ids: Sequence[int],
-    n_new: int,
-    *,
-    final: bool,
-    stops: Sequence[str] = (),
-    skip_special_tokens: bool = True,
-) -> str:
-    """Text to send for a response that added the last ``n_new`` of ``ids``."""
-    before = visible_text(decoder, ids[: len(ids) - n_new], final=False, stops=stops,
-                          skip_special_tokens=skip_special_tokens) if n_new < len(ids) else ""
-    now = visible_text(decoder, ids, final=final, stops=stops, skip_special_tokens=skip_special_tokens)
-    # ``now`` extends ``before`` by construction; guard anyway so a tokenizer whose decoding is
-    # not prefix-stable never makes us resend or drop text silently.
-    return now[len(_common(before, now)):]
+    def step(self, token_id: int) -> str:
+        self._ids.append(int(token_id))
+        before = self._tok.decode(self._ids[self._prefix:self._read], skip_special_tokens=self._skip)
+        now = self._tok.decode(self._ids[self._prefix:], skip_special_tokens=self._skip)
+        if len(now) > len(before) and not now.endswith(REPLACEMENT_CHAR):
+            self._prefix, self._read = self._read, len(self._ids)
+            return now[len(before):]
+        return ""
 
 
 class IncrementalDetokenizer:
-    """Per-request streaming detokenizer for callers that keep state (clients, in-process use)."""
+    """Per-request output text, with vLLM's stop and streaming rules (see the module docstring)."""
 
-    def __init__(self, decoder: Decoder, *, stops: Sequence[str] = (), skip_special_tokens: bool = True) -> None:
-        self._decoder = decoder
-        self._stops = tuple(stops)
-        self._skip = skip_special_tokens
-        self._ids: list[int] = []
-        self._sent = ""
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompt_ids: Sequence[int] | None = None,
+        *,
+        stop: Sequence[str] = (),
+        stop_token_ids: Sequence[int] = (),
+        include_stop_str_in_output: bool = False,
+        skip_special_tokens: bool = True,
+        min_tokens: int = 0,
+        max_tokens: int | None = None,
+    ) -> None:
+        """``tokenizer`` is a ``renderer.tokenizer.Tokenizer`` or a transformers tokenizer."""
+        hf = getattr(tokenizer, "hf", tokenizer)
+        core = getattr(hf, "_tokenizer", None)
+        self._stream = (_FastStream(core, prompt_ids, skip_special_tokens) if core is not None
+                        else _SlowStream(hf, prompt_ids, skip_special_tokens))
+        self.skip_special_tokens = skip_special_tokens
+        self.stop = tuple(stop)
+        self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
+        self.include = include_stop_str_in_output
+        self.min_tokens = min_tokens
+        self.max_tokens = max_tokens
+        self._buffer = max(len(s) for s in self.stop) - 1 if self.stop and not self.include else 0
+        self.output_ids: list[int] = []
+        """Every id kept so far."""
+        self.text = ""
+        """The whole output text so far (held-back characters included)."""
+        self._sent = 0
+        self.finish_reason: str | None = None
 
-    @property
-    def text(self) -> str:
-        """Everything emitted so far."""
-        return self._sent
+    def push(self, new_ids: Sequence[int]) -> Progress:
+        """Add the engine's next ids; says whether (and why) generation is over."""
+        if self.finish_reason is not None:
+            return Progress([], self.finish_reason)
+        ids = [int(i) for i in new_ids]
+        if self.max_tokens is not None:
+            ids = ids[: max(self.max_tokens - len(self.output_ids), 0)]
+        stop_id = None
+        for k, i in enumerate(ids):
+            # As vLLM's check_stop: a stop id ends generation whenever it comes (the engine keeps
+            # it from being sampled before min_tokens).
+            if i in self.stop_token_ids:
+                ids, stop_id = ids[: k + 1], i
+                break
+        if not ids:
+            return Progress([], None)
+        decoded = ids[:-1] if stop_id is not None and not self.include else ids
+        first_new = len(self.output_ids)
+        offsets = [len(self.text)]
+        for i in decoded:
+            self.text += self._stream.step(i)
+            offsets.append(len(self.text))
+        if len(decoded) < len(ids):
+            offsets.append(len(self.text))
+        self.output_ids += ids
+        kept = ids
+        if stop_id is not None:
+            return self._finish(Progress(kept, "stop", stop_id))
+        if self.stop and len(self.output_ids) > self.min_tokens:
+            check_from = offsets[max(self.min_tokens - first_new, 0)]
+            hit = check_stop_strings(self.text, len(self.text) - check_from, self.stop, self.include)
+            if hit is not None:
+                s, cut = hit
+                end = len(self.text) if cut == -1 else cut
+                if not self.include:
+                    end += len(s)
+                # Ids after the one that completed the stop string are dropped (vLLM does the same).
+                n_kept = next((j for j in range(1, len(offsets)) if offsets[j] >= end), len(ids))
+                kept = ids[:n_kept]
+                del self.output_ids[first_new + n_kept:]
+                if cut != -1:
+                    self.text = self.text[:cut]
+                return self._finish(Progress(kept, "stop", s))
+        if self.max_tokens is not None and len(self.output_ids) >= self.max_tokens:
+            return self._finish(Progress(kept, "length"))
+        return Progress(kept, None)
 
-    def push(self, new_ids: Sequence[int], *, final: bool = False) -> str:
-        """Add ids; return the new text that is safe to show."""
-        self._ids.extend(int(i) for i in new_ids)
-        now = visible_text(self._decoder, self._ids, final=final, stops=self._stops,
-                           skip_special_tokens=self._skip)
-        delta = now[len(_common(self._sent, now)):]
-        self._sent = now
-        return delta
+    def end(self, reason: str = "length") -> None:
+        """The engine ended the request without a reason we saw (context full, engine limit)."""
+        if self.finish_reason is None:
+            self.finish_reason = reason
 
+    def next_text(self) -> str:
+        """The text not yet handed out that is safe to show now."""
+        hold = 0 if self.finish_reason is not None else self._buffer
+        end = len(self.text) - hold
+        if end <= self._sent:
+            return ""
+        piece = self.text[self._sent:end]
+        self._sent = end
+        return piece
 
-def _common(a: str, b: str) -> str:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return a[:n]
+    def _finish(self, p: Progress) -> Progress:
+        self.finish_reason = p.finish_reason
+        return p
+

@@ -38,6 +38,9 @@ class ModelInfo:
     pad_token_id: int | None = None
     """Padding id, when the model names one."""
 
+    vocab_size: int = 0
+    """Rows of the model's embedding table (ids at or above it are prompt-table ids)."""
+
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, max_model_len: int = 0) -> "ModelInfo":
         model_dir = Path(model_dir)
@@ -63,4 +66,5 @@ class ModelInfo:
             hidden_size=text_cfg.get("hidden_size") or text_cfg.get("d_model"),
             eos_token_ids=eos_ids,
             pad_token_id=pad if isinstance(pad, int) else None,
+            vocab_size=int(text_cfg.get("vocab_size") or cfg.get("vocab_size") or 0),
         )

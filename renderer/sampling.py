@@ -1,7 +1,12 @@
-"""``sampling_params`` for generation: parsed from the request's JSON bag and validated."""
+"""``sampling_params`` for generation: parsed from the request's JSON bag and validated.
+
+Field names, defaults (but ``temperature``, see below) and error wording are vLLM's
+``SamplingParams``; the checks are the subset of its ``_verify_args`` these fields need.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -9,14 +14,15 @@ from .errors import FieldTypeError, InvalidParamsError, UnknownFieldError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the ``llm`` picks tokens (a subset of vLLM's ``SamplingParams``)."""
+    """How the engine picks tokens and when generation ends (a subset of vLLM's ``SamplingParams``)."""
 
     temperature: float = 0.0
-    """0 means greedy."""
+    """0 means greedy. (vLLM defaults to 1.0; this contract has always defaulted to greedy.)"""
 
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]."""
@@ -25,35 +31,50 @@ class SamplingParams:
     """Keep the k most likely tokens; 0 (or -1) keeps all."""
 
     seed: int | None = None
-    """Seed for reproducible sampling; None draws one."""
+    """Seed for reproducible sampling; None lets the server draw one."""
 
     stop: tuple[str, ...] = ()
-    """Stop strings: generation ends when one appears; it is not part of the output text."""
+    """Stop strings: generation ends when one appears; it is cut from the text."""
+
+    stop_token_ids: tuple[int, ...] = ()
+    """Ids that end generation like an EOS token (kept in ``output_ids``, not in the text)."""
+
+    include_stop_str_in_output: bool = False
+    """Keep the stop string (or stop token's text) at the end of the output text."""
+
+    ignore_eos: bool = False
+    """Generate past the model's EOS ids (until ``max_tokens`` or a stop string / stop id)."""
+
+    min_tokens: int = 0
+    """Tokens to generate before an EOS id, a stop id or a stop string may end generation."""
+
+    repetition_penalty: float = 1.0
+    """Divides positive (multiplies negative) logits of ids already in the prompt or output."""
+
+    presence_penalty: float = 0.0
+    """Subtracted from the logits of ids already in the output, in [-2, 2]."""
+
+    frequency_penalty: float = 0.0
+    """Subtracted per occurrence from the logits of ids already in the output, in [-2, 2]."""
+
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the output text."""
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
 
     @classmethod
-    def from_request(cls, bag: Mapping[str, Any] | None) -> "SamplingParams":
-        if not bag:
-            return cls()
+    def from_request(cls, bag: Mapping[str, Any] | None, max_tokens: int | None = None) -> "SamplingParams":
+        """Parse a ``sampling_params`` JSON object; ``max_tokens`` bounds ``min_tokens``."""
+        if bag is None:
+            bag = {}
         if not isinstance(bag, Mapping):
             raise FieldTypeError("request", "sampling_params", "a JSON object", bag)
         unknown = [k for k in bag if k not in _FIELDS]
         if unknown:
             raise UnknownFieldError("sampling_params", unknown, list(_FIELDS))
-        temperature = _number(bag, "temperature", 0.0)
-        top_p = _number(bag, "top_p", 1.0)
-        top_k = bag.get("top_k", 0)
-        seed = bag.get("seed")
-        stop = bag.get("stop", [])
-        if temperature < 0:
-            raise InvalidParamsError(f"temperature must be non-negative, got {temperature}.")
-        if not 0 < top_p <= 1:
-            raise InvalidParamsError(f"top_p must be in (0, 1], got {top_p}.")
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise FieldTypeError("sampling_params", "top_k", "an integer", top_k)
-        if top_k < -1:
-            raise InvalidParamsError(f"top_k must be -1 (disable), or at least 1, got {top_k}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
-            raise FieldTypeError("sampling_params", "seed", "an integer in [0, 2**63)", seed)
+        stop = bag.get("stop") or []
         if isinstance(stop, str):
             stop = [stop]
         if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
@@ -62,10 +83,80 @@ class SamplingParams:
             raise InvalidParamsError(
                 f"stop takes at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters."
             )
-        return cls(float(temperature), float(top_p), 0 if top_k == -1 else top_k, seed, tuple(stop))
+        stop_ids = bag.get("stop_token_ids") or []
+        if not isinstance(stop_ids, list) or not all(_is_int(i) and i >= 0 for i in stop_ids):
+            raise InvalidParamsError(f"stop_token_ids must contain only integers, got {stop_ids}.")
+        if len(stop_ids) > MAX_STOP_TOKEN_IDS:
+            raise InvalidParamsError(f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids.")
+        seed = bag.get("seed")
+        if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
+            raise FieldTypeError("sampling_params", "seed", "an integer in [0, 2**63)", seed)
+        top_k = bag.get("top_k", 0)
+        if not _is_int(top_k):
+            raise InvalidParamsError(f"top_k must be an integer, got {type(top_k).__name__}")
+        min_tokens = bag.get("min_tokens", 0)
+        if not _is_int(min_tokens):
+            raise FieldTypeError("sampling_params", "min_tokens", "an integer", min_tokens)
+        params = cls(
+            temperature=_number(bag, "temperature", 0.0),
+            top_p=_number(bag, "top_p", 1.0),
+            top_k=0 if top_k == -1 else top_k,
+            seed=seed,
+            stop=tuple(stop),
+            stop_token_ids=tuple(stop_ids),
+            include_stop_str_in_output=_flag(bag, "include_stop_str_in_output", False),
+            ignore_eos=_flag(bag, "ignore_eos", False),
+            min_tokens=min_tokens,
+            repetition_penalty=_number(bag, "repetition_penalty", 1.0),
+            presence_penalty=_number(bag, "presence_penalty", 0.0),
+            frequency_penalty=_number(bag, "frequency_penalty", 0.0),
+            skip_special_tokens=_flag(bag, "skip_special_tokens", True),
+        )
+        params.verify(max_tokens)
+        return params
+
+    def verify(self, max_tokens: int | None = None) -> None:
+        """vLLM's range checks, in its order and wording."""
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise InvalidParamsError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise InvalidParamsError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        if not math.isfinite(self.repetition_penalty):
+            raise InvalidParamsError(f"repetition_penalty must be a finite number, got {self.repetition_penalty}.")
+        if self.repetition_penalty <= 0.0:
+            raise InvalidParamsError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
+        if not math.isfinite(self.temperature):
+            raise InvalidParamsError(f"temperature must be a finite number, got {self.temperature}.")
+        if self.temperature < 0.0:
+            raise InvalidParamsError(f"temperature must be non-negative, got {self.temperature}.")
+        if self.temperature > 2.0:
+            raise InvalidParamsError(f"temperature must be in [0, 2], got {self.temperature}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidParamsError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k < 0:
+            raise InvalidParamsError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
+        if max_tokens is not None:
+            check_max_tokens(max_tokens)
+        if self.min_tokens < 0:
+            raise InvalidParamsError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+        if max_tokens is not None and self.min_tokens > max_tokens:
+            raise InvalidParamsError(
+                f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {self.min_tokens}."
+            )
 
 
-_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop")
+def check_max_tokens(max_tokens: int) -> None:
+    if max_tokens < 1:
+        raise InvalidParamsError(f"max_tokens must be at least 1, got {max_tokens}.")
+
+
+_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "include_stop_str_in_output",
+           "ignore_eos", "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty",
+           "skip_special_tokens")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _number(bag: Mapping[str, Any], name: str, default: float) -> float:
@@ -73,3 +164,10 @@ def _number(bag: Mapping[str, Any], name: str, default: float) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
         raise FieldTypeError("sampling_params", name, "a number", v)
     return float(v)
+
+
+def _flag(bag: Mapping[str, Any], name: str, default: bool) -> bool:
+    v = bag.get(name, default)
+    if not isinstance(v, bool):
+        raise FieldTypeError("sampling_params", name, "true or false", v)
+    return v

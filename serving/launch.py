@@ -72,6 +72,17 @@ class Settings:
     lighter; measured in ``make bench`` (docs/PERFORMANCE.md, scaling table)."""
     llm_instances: int = 1
     """Instances of the downstream ``llm``."""
+    llm_engine: str = "standin"
+    """The engine behind ``llm``: "standin" (transformers, CPU, embedded) or "vllm" (vLLM's own
+    ``AsyncLLM`` in the same server, from the environment ``make engine-vllm`` builds)."""
+    engine_model_dir: str = ""
+    """A Triton model folder with TensorRT-LLM's ``tensorrt_llm`` interface (a filled
+    ``tensorrt_llm`` folder of TensorRT-LLM's model repository) to use as the engine instead of
+    ``llm``; the ensembles call it by its folder name."""
+    vllm_env: str = str(ROOT / "build" / "vllm-venv")
+    """The unpacked Python environment with vLLM that the ``llm`` stub runs in when ``llm_engine`` is "vllm"."""
+    vllm_kv_cache_gib: int = 1
+    """vLLM engine: KV-cache size in GiB on CPU (``VLLM_CPU_KVCACHE_SPACE``)."""
     max_batch_size: int = 64
     """Largest dynamic batch of the batching stage models."""
     max_queue_delay_us: int = 0
@@ -173,6 +184,8 @@ def template_vars(s: Settings) -> dict[str, str]:
         "tokenize_instances": str(s.tokenize_instances),
         "chat_render_instances": str(s.chat_render_instances),
         "llm_instances": str(s.llm_instances),
+        "engine_model": engine_model_name(s),
+        "vllm_env": str(Path(s.vllm_env).resolve()),
         "max_batch_size": str(s.max_batch_size),
         "max_queue_delay_us": str(s.max_queue_delay_us),
         "mm_instance_kind": kind,
@@ -185,6 +198,11 @@ def template_vars(s: Settings) -> dict[str, str]:
         "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
         "media_hosts": s.media_hosts,
     }
+
+
+def engine_model_name(s: Settings) -> str:
+    """The model the post-processing stage sends generation requests to."""
+    return Path(s.engine_model_dir).name if s.engine_model_dir else "llm"
 
 
 def pick_config(model: Path, family: str | None) -> Path | None:
@@ -208,7 +226,11 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
     if out.exists():
         shutil.rmtree(out)
     for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir()):
+        if model.name == "llm" and s.engine_model_dir:
+            continue  # the user's engine folder takes its place (below)
         chosen = pick_config(model, family)
+        if model.name == "llm" and s.llm_engine == "vllm":
+            chosen = model / "config.vllm.pbtxt"
         if chosen is None:
             continue
         dst = out / model.name
@@ -217,7 +239,30 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
         (dst / "1").mkdir(exist_ok=True)
         # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
         (dst / "config.pbtxt").write_text(string.Template(chosen.read_text()).substitute(values))
+    if s.engine_model_dir:
+        # Linked, not copied: an engine folder may be large; Triton follows the link.
+        (out / engine_model_name(s)).symlink_to(Path(s.engine_model_dir).resolve(), target_is_directory=True)
     return out
+
+
+# Models that a BLS call reaches, which loading an ensemble does not load by itself.
+BLS_CALLEES = {"detokenize": "engine", "detokenize_enc_dec": "llm_enc_dec"}
+GENERATION_ENSEMBLES = {"completion": "detokenize", "chat": "detokenize", "ensemble": "detokenize",
+                        "encoder_decoder_completion": "detokenize_enc_dec"}
+
+
+def models_to_load(s: Settings) -> list[str]:
+    """``MODELS`` plus the engine each generation ensemble reaches through BLS; all when unset."""
+    models = [m.strip() for m in s.models.split(",") if m.strip()]
+    if not models:
+        return ["*"]
+    out = list(models)
+    for m in models:
+        post = GENERATION_ENSEMBLES.get(m, m if m in BLS_CALLEES else None)
+        if post:
+            callee = BLS_CALLEES[post]
+            out.append(engine_model_name(s) if callee == "engine" else callee)
+    return list(dict.fromkeys(out))
 
 
 def site_packages() -> Path:
@@ -280,8 +325,7 @@ def server_command(s: Settings, watchdog_token: str) -> list[str]:
     # Explicit mode, so the watchdog can reload a model whose stub died; only the watchdog
     # holds the token the repository API asks for. Loading an ensemble loads its steps.
     cmd.append("--model-control-mode=explicit")
-    models = [m.strip() for m in s.models.split(",") if m.strip()] or ["*"]
-    cmd += [f"--load-model={m}" for m in models]
+    cmd += [f"--load-model={m}" for m in models_to_load(s)]
     cmd += [f"--http-restricted-api=model-repository:{WATCHDOG_HEADER}={watchdog_token}",
             f"--grpc-restricted-protocol=model-repository:{WATCHDOG_HEADER}={watchdog_token}"]
     if not gpu_visible():
@@ -306,6 +350,12 @@ def prepare(s: Settings) -> None:
         default_model.build(s.resolved_model_dir)
     elif not (s.resolved_model_dir / "config.json").exists():
         raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
+    if s.llm_engine not in ("standin", "vllm"):
+        raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose standin or vllm")
+    if s.engine_model_dir and not (Path(s.engine_model_dir) / "config.pbtxt").exists():
+        raise SystemExit(f"ENGINE_MODEL_DIR={s.engine_model_dir} holds no config.pbtxt (not a Triton model folder)")
+    if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "python").exists():
+        raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
     if not s.encoder_decoder_model_dir:
         # The tiny BART borrows the default model's tokenizer.
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))

@@ -1,105 +1,113 @@
-"""The Triton adapter behind ``llm`` and ``llm_enc_dec``: TensorRT-LLM-named tensors in,
-``renderer.generate`` runs, ids out.
+"""The Triton adapter of the stand-in engine (``llm``, ``llm_enc_dec``): TensorRT-LLM's
+``tensorrt_llm`` interface over ``serving/standin_engine.py``.
 
-Decoder-only models read ``input_ids`` (or ``input_embeds``); encoder-decoder models read
-``encoder_input_ids`` and ``decoder_input_ids``, as TensorRT-LLM's encoder-decoder models name
-them. Outputs per response: ``output_ids`` (ids new in this response), ``sequence_ids`` (all
-ids generated so far, so ``detokenize`` needs no state), ``finished``, and the stop strings.
+Behaviour a consumer of the real engine relies on, kept here:
+
+- decoupled; with ``streaming`` each response carries only the new ids, and the last response
+  carries the FINAL flag; without it, one response with every id, the prompt first unless
+  ``exclude_input_in_output``;
+- ``output_ids`` is ``[beams, tokens]`` and ``sequence_length`` ``[beams]`` (one beam here);
+- a request with ``stop`` = true cancels the running request that has its request id, and gets
+  an empty final response (TensorRT-LLM's cancellation); a cancelled client request stops too.
+
+Requests run one at a time on a worker thread, so ``execute`` returns at once and a ``stop``
+request is answered while another request generates.
 """
 
 from __future__ import annotations
 
 import json
+import queue
+import threading
+from typing import Any
 
 import numpy as np
-import torch
 import triton_python_backend_utils as pb_utils
 
-from renderer.errors import TensorError
-from renderer.generate import Generator
-from renderer.model_info import ModelInfo
-from renderer.sampling import SamplingParams
 from serving import triton_io as io
+from serving import trtllm_request
+from serving.standin_engine import Generator
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        model_dir = io.model_params(args)["model_dir"]
-        self.info = ModelInfo.from_model_dir(model_dir)
-        self.generator = Generator(model_dir)
         self.name = json.loads(args["model_config"])["name"]
+        self.generator = Generator(io.model_params(args)["model_dir"])
+        self._queue: queue.Queue = queue.Queue()
+        self._running: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._worker = threading.Thread(target=self._work, name=f"{self.name}-worker", daemon=True)
+        self._worker.start()
 
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
             try:
-                self._generate(request, sender)
+                if io.get_scalar(request, "stop", bool):
+                    self._stop(request.request_id())
+                    sender.send(flags=FINAL)
+                    continue
+                req = trtllm_request.parse(
+                    lambda n, r=request: io.get(r, n), self.generator.vocab_size,
+                    request_id=request.request_id(), encoder_decoder=self.generator.is_encoder_decoder,
+                )
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
                 sender.send(io.error_response(e, self.name), flags=FINAL)
+                continue
+            cancel = threading.Event()
+            if req.request_id:
+                with self._lock:
+                    self._running[req.request_id] = cancel
+            self._queue.put((request, sender, req, cancel))
         return None
 
-    def _inputs(self, request) -> dict:
-        """The prompt tensors, with their declared lengths checked."""
-        if self.generator.is_encoder_decoder:
-            enc = io.get_ids(request, "encoder_input_ids")
-            dec = io.get_ids(request, "decoder_input_ids")
-            _check_length(request, "encoder_input_lengths", len(enc))
-            _check_length(request, "decoder_input_lengths", len(dec))
-            return {"input_ids": enc, "decoder_input_ids": dec}
-        ids = io.get_ids(request, "input_ids")
-        embeds = io.get(request, "input_embeds")
-        embeds = None if embeds is None or embeds.size == 0 else torch.from_numpy(np.array(embeds, np.float32))
-        n_given = len(embeds) if embeds is not None else len(ids)
-        _check_length(request, "input_lengths", n_given)
-        mm = {name: arr for name in ("pixel_values", "image_grid_thw", "image_sizes")
-              if (arr := io.get(request, name)) is not None and arr.size}
-        return {"input_ids": ids, "inputs_embeds": embeds, "prompt_len": n_given, "mm_inputs": mm or None}
+    def finalize(self) -> None:
+        self._queue.put(None)
+        self._worker.join(timeout=10)
 
-    def _generate(self, request, sender) -> None:
-        prompt = self._inputs(request)
-        max_tokens = io.get_scalar(request, "request_output_len")
-        streaming = bool(io.get_scalar(request, "streaming", bool) or False)
-        end_id = io.get_scalar(request, "end_id")
-        end_ids = set(self.info.eos_token_ids) | ({end_id} if end_id is not None and end_id >= 0 else set())
-        stops = io.get_strings(request, "stop_words")
-        seed = io.get_scalar(request, "random_seed")
-        sampling = SamplingParams(
-            temperature=float(io.get_scalar(request, "temperature", float) or 0.0),
-            top_p=float(io.get_scalar(request, "runtime_top_p", float) or 1.0),
-            top_k=int(io.get_scalar(request, "runtime_top_k") or 0),
-            seed=None if seed is None else int(seed) % (2**63),
-            stop=stops,
-        )
+    def _stop(self, request_id: str) -> None:
+        with self._lock:
+            event = self._running.get(request_id)
+        if event is not None:
+            event.set()
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            request, sender, req, cancel = item
+            try:
+                self._generate(request, sender, req, cancel)
+            except Exception as e:  # noqa: BLE001 - the error goes to this request only
+                sender.send(io.error_response(e, self.name), flags=FINAL)
+            finally:
+                with self._lock:
+                    if self._running.get(req.request_id) is cancel:
+                        del self._running[req.request_id]
+
+    def _generate(self, request: Any, sender: Any, req: trtllm_request.EngineRequest, cancel: threading.Event) -> None:
         generated: list[int] = []
-        pending: list[int] = []
-        steps = self.generator.generate(max_tokens=max_tokens, end_ids=sorted(end_ids), sampling=sampling, **prompt)
-        for step in steps:
+        for step in self.generator.generate(req, cancel):
             # Ask before sending: once the final response is out the request must not be touched.
             if request.is_cancelled():
-                sender.send(flags=FINAL)
-                return
+                cancel.set()
             generated += step.new_ids
-            pending += step.new_ids
-            done = step.finish_reason is not None
-            if streaming or done:
-                sender.send(self._response(pending, generated, done, stops), flags=FINAL if done else 0)
-                pending = []
-            if done:
+            if req.streaming:
+                if step.finished or cancel.is_set():
+                    sender.send(_response(step.new_ids), flags=FINAL)
+                    return
+                if step.new_ids:
+                    sender.send(_response(step.new_ids))
+            elif step.finished or cancel.is_set():
+                prompt = [] if req.exclude_input_in_output else list(req.decoder_input_ids or req.input_ids)
+                sender.send(_response(prompt + generated), flags=FINAL)
                 return
-
-    @staticmethod
-    def _response(new_ids, all_ids, finished, stops):
-        return pb_utils.InferenceResponse(output_tensors=[
-            io.bytes_tensor("stop_words_out", [s.encode() for s in stops]),
-            io.tensor("output_ids", np.asarray(new_ids, np.int32), np.int32),
-            io.tensor("sequence_ids", np.asarray(all_ids, np.int32), np.int32),
-            io.tensor("finished", [finished], np.bool_),
-        ])
+        sender.send(flags=FINAL)
 
 
-def _check_length(request, name: str, actual: int) -> None:
-    n = io.get_scalar(request, name)
-    if n is not None and n != actual:
-        raise TensorError(f"{name}={n} does not match the {actual} ids given.")
+def _response(ids: list[int]) -> Any:
+    arr = np.asarray(ids, np.int32).reshape(1, -1)  # [beams, tokens]
+    return pb_utils.InferenceResponse(output_tensors=[
+        io.tensor("output_ids", arr, np.int32),
+        io.tensor("sequence_length", [arr.shape[1]], np.int32),
+    ])

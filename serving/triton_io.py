@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -114,6 +114,11 @@ def tensor(name: str, value: Any, dtype: Any) -> Any:
         value = value.detach().cpu().numpy()
     arr = np.asarray(value, dtype=dtype)
     return pb_utils.Tensor(name, arr[np.newaxis, ...])
+
+
+def output_tensors(tensors: Mapping[str, np.ndarray]) -> list[Any]:
+    """Arrays without the batch dimension -> output tensors with a batch dimension of 1."""
+    return [pb_utils.Tensor(name, np.ascontiguousarray(arr)[np.newaxis, ...]) for name, arr in tensors.items()]
 
 
 def bytes_tensor(name: str, items: Sequence[str | bytes]) -> Any:

@@ -1,0 +1,3 @@
+"""Triton model ``detokenize_enc_dec``: post-processing that drives the engine (serving/detokenize_adapter.py)."""
+
+from serving.detokenize_adapter import TritonPythonModel  # noqa: F401

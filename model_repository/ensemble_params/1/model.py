@@ -1,0 +1,30 @@
+"""Triton adapter for ``ensemble_params``: TensorRT-LLM ``ensemble`` inputs -> engine tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from renderer.engine_request import GenerationResolver
+from renderer.model_info import ModelInfo
+from renderer.tokenizer import Tokenizer
+from renderer.trtllm_front import parse_front_request
+from serving import triton_io as io
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        model_dir = io.model_params(args)["model_dir"]
+        info = ModelInfo.from_model_dir(model_dir)
+        self.resolver = GenerationResolver(Tokenizer.from_pretrained(model_dir), info.eos_token_ids, info.pad_token_id)
+
+    def _one(self, request):
+        front = parse_front_request(lambda name: io.get(request, name))
+        tensors = self.resolver.tensors(front.sampling, front.max_tokens, end_id=front.end_id,
+                                        pad_id=front.pad_id, bad_words=front.bad_words)
+        tensors["streaming"] = np.array([front.stream], np.bool_)
+        tensors["exclude_input_in_output"] = np.array([front.exclude_input_in_output], np.bool_)
+        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
+
+    def execute(self, requests):
+        return io.respond_each(requests, "ensemble_params", self._one)

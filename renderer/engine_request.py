@@ -1,0 +1,309 @@
+"""The engine's side of the seam: TensorRT-LLM's ``tensorrt_llm`` tensors, and how a request becomes them.
+
+Every tensor the ensembles send to the engine model (``llm``, or a real ``tensorrt_llm``) or read
+back from it is named here once, with TensorRT-LLM's data type and dims (batch dimension not
+counted), so the configs, the adapters and the interface test all read one table.
+``tests/test_engine_interface.py`` checks the table against the upstream listing and every
+``config.pbtxt`` against the table.
+
+No Triton here: tensors are numpy arrays without the batch dimension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import EmbedsError, InvalidParamsError
+from .sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of an interface."""
+
+    name: str
+    """Tensor name."""
+
+    dtype: str
+    """Triton data type, e.g. ``TYPE_INT32``."""
+
+    dims: tuple[int, ...]
+    """Dims after the batch dimension; -1 is variable."""
+
+    @property
+    def np_dtype(self) -> type:
+        return _NP[self.dtype]
+
+
+_NP = {"TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT64": np.uint64, "TYPE_FP32": np.float32,
+       "TYPE_FP16": np.float16, "TYPE_BOOL": np.bool_, "TYPE_STRING": np.object_}
+
+
+def _specs(*items: tuple[str, str, tuple[int, ...]]) -> dict[str, TensorSpec]:
+    return {name: TensorSpec(name, dtype, dims) for name, dtype, dims in items}
+
+
+# tensorrt_llm inputs the ensembles send (or the stand-in honours), exactly as TensorRT-LLM declares them.
+ENGINE_INPUTS = _specs(
+    ("input_ids", "TYPE_INT32", (-1,)),
+    ("input_lengths", "TYPE_INT32", (1,)),
+    ("request_output_len", "TYPE_INT32", (1,)),
+    ("decoder_input_ids", "TYPE_INT32", (-1,)),
+    ("decoder_input_lengths", "TYPE_INT32", (1,)),
+    ("end_id", "TYPE_INT32", (1,)),
+    ("pad_id", "TYPE_INT32", (1,)),
+    ("stop_words_list", "TYPE_INT32", (2, -1)),
+    ("bad_words_list", "TYPE_INT32", (2, -1)),
+    ("beam_width", "TYPE_INT32", (1,)),
+    ("num_return_sequences", "TYPE_INT32", (1,)),
+    ("temperature", "TYPE_FP32", (1,)),
+    ("runtime_top_k", "TYPE_INT32", (1,)),
+    ("runtime_top_p", "TYPE_FP32", (1,)),
+    ("repetition_penalty", "TYPE_FP32", (1,)),
+    ("presence_penalty", "TYPE_FP32", (1,)),
+    ("frequency_penalty", "TYPE_FP32", (1,)),
+    ("min_tokens", "TYPE_INT32", (1,)),
+    ("seed", "TYPE_UINT64", (1,)),
+    ("return_log_probs", "TYPE_BOOL", (1,)),
+    ("return_context_logits", "TYPE_BOOL", (1,)),
+    ("return_generation_logits", "TYPE_BOOL", (1,)),
+    ("exclude_input_in_output", "TYPE_BOOL", (1,)),
+    ("stop", "TYPE_BOOL", (1,)),
+    ("streaming", "TYPE_BOOL", (1,)),
+    ("prompt_embedding_table", "TYPE_FP16", (-1, -1)),
+    ("prompt_vocab_size", "TYPE_INT32", (1,)),
+)
+
+ENGINE_OUTPUTS = _specs(
+    ("output_ids", "TYPE_INT32", (-1, -1)),
+    ("sequence_length", "TYPE_INT32", (-1,)),
+)
+
+# Not TensorRT-LLM's: processed images for engines that take them (the stand-in, vLLM's engine),
+# with the placeholders and content hashes vLLM's engine uses for its own caches. A real
+# TensorRT-LLM engine takes images through its multimodal encoder instead (see README).
+ENGINE_IMAGE_INPUTS = _specs(
+    ("pixel_values", "TYPE_FP32", (-1, -1)),  # qwen2_vl: flattened patches; pixtral: (-1, 3, -1, -1)
+    ("image_grid_thw", "TYPE_INT64", (-1, 3)),
+    ("image_sizes", "TYPE_INT64", (-1, 2)),
+    ("mm_hashes", "TYPE_STRING", (-1,)),
+    ("mm_placeholders", "TYPE_INT32", (-1, 2)),
+)
+
+# What the post-processing model (``detokenize``) takes beside the engine's inputs: vLLM's output rules.
+POSTPROCESS_INPUTS = _specs(
+    ("stop_strings", "TYPE_STRING", (-1,)),
+    ("stop_token_ids", "TYPE_INT32", (-1,)),
+    ("include_stop_str_in_output", "TYPE_BOOL", (1,)),
+    ("skip_special_tokens", "TYPE_BOOL", (1,)),
+)
+
+# The engine inputs the post-processing model forwards as it got them; the prompt tensors and
+# ``streaming`` / ``exclude_input_in_output`` it sets itself.
+FORWARDED = tuple(n for n in ENGINE_INPUTS if n not in (
+    "input_ids", "input_lengths", "streaming", "exclude_input_in_output",
+    "prompt_embedding_table", "prompt_vocab_size", "stop"))
+
+
+# --- word lists (stop_words_list / bad_words_list) ---------------------------------------------
+
+def encode_word_list(words: Iterable[Sequence[int]]) -> np.ndarray:
+    """TensorRT-LLM's ``[2, L]`` word list: row 0 every word's ids concatenated (padded with 0),
+    row 1 each word's cumulative end offset (padded with -1). No words gives ``[[0], [-1]]``,
+    as TensorRT-LLM's own preprocessing sends."""
+    flat: list[int] = []
+    ends: list[int] = []
+    for w in words:
+        if len(w) == 0:
+            continue
+        flat += [int(i) for i in w]
+        ends.append(len(flat))
+    width = max(1, len(flat))
+    out = np.zeros((2, width), np.int32)
+    out[0, : len(flat)] = flat
+    out[1, :] = -1
+    out[1, : len(ends)] = ends
+    return out
+
+
+def decode_word_list(arr: np.ndarray | None) -> list[tuple[int, ...]]:
+    """The words of a ``[2, L]`` word list (the inverse of ``encode_word_list``)."""
+    if arr is None or arr.size == 0:
+        return []
+    if arr.ndim != 2 or arr.shape[0] != 2:
+        raise InvalidParamsError(f"A word list must have shape [2, L], got {list(arr.shape)}.")
+    flat, ends = arr[0].tolist(), arr[1].tolist()
+    words, start = [], 0
+    for end in ends:
+        if end < 0:
+            break
+        if not start < end <= len(flat):
+            raise InvalidParamsError(f"Word list offsets must increase within the {len(flat)} ids, got {ends}.")
+        words.append(tuple(flat[start:end]))
+        start = end
+    return words
+
+
+# --- sampling fields -> engine tensors ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class StopPolicy:
+    """How a model's EOS ids reach an engine that stops on one ``end_id``."""
+
+    end_id: int
+    """The id TensorRT-LLM stops on (vLLM's model EOS: the tokenizer's), -1 for none."""
+
+    stop_token_ids: tuple[int, ...]
+    """Ids that end generation as stop tokens: the generation config's other EOS ids and the
+    request's ``stop_token_ids`` (vLLM's ``update_from_generation_config``)."""
+
+    @classmethod
+    def resolve(cls, sampling: SamplingParams, tokenizer_eos: int | None, config_eos: Sequence[int]) -> "StopPolicy":
+        if sampling.ignore_eos:
+            return cls(-1, tuple(dict.fromkeys(sampling.stop_token_ids)))
+        end_id = tokenizer_eos if tokenizer_eos is not None else (config_eos[0] if config_eos else -1)
+        extra = [i for i in config_eos if i != end_id] + list(sampling.stop_token_ids)
+        return cls(end_id, tuple(dict.fromkeys(extra)))
+
+    @property
+    def terminating_ids(self) -> tuple[int, ...]:
+        """Every id whose generation ends a request as a stop (its text is not shown)."""
+        return tuple(dict.fromkeys(([self.end_id] if self.end_id >= 0 else []) + list(self.stop_token_ids)))
+
+
+def sampling_tensors(
+    sampling: SamplingParams,
+    max_tokens: int,
+    policy: StopPolicy,
+    pad_id: int,
+    seed: int,
+    stop_string_ids: Sequence[Sequence[int]] = (),
+) -> dict[str, np.ndarray]:
+    """The engine tensors for one request's sampling fields.
+
+    Greedy goes as ``runtime_top_k`` = 1 (TensorRT-LLM's unambiguous form) with a neutral
+    temperature. Stop ids travel as one-id words of ``stop_words_list``; the tokenized stop
+    strings join them so the engine stops early (the text check stays authoritative).
+    """
+    greedy = sampling.greedy
+    words = [(i,) for i in policy.stop_token_ids] + [tuple(w) for w in stop_string_ids]
+    return {
+        "request_output_len": np.array([max_tokens], np.int32),
+        "end_id": np.array([policy.end_id], np.int32),
+        "pad_id": np.array([pad_id], np.int32),
+        "temperature": np.array([1.0 if greedy else sampling.temperature], np.float32),
+        "runtime_top_k": np.array([1 if greedy else sampling.top_k], np.int32),
+        "runtime_top_p": np.array([1.0 if greedy else sampling.top_p], np.float32),
+        "seed": np.array([seed], np.uint64),
+        "min_tokens": np.array([sampling.min_tokens], np.int32),
+        "repetition_penalty": np.array([sampling.repetition_penalty], np.float32),
+        "presence_penalty": np.array([sampling.presence_penalty], np.float32),
+        "frequency_penalty": np.array([sampling.frequency_penalty], np.float32),
+        "stop_words_list": encode_word_list(words),
+        "bad_words_list": encode_word_list(()),
+    }
+
+
+def postprocess_tensors(sampling: SamplingParams, policy: StopPolicy) -> dict[str, np.ndarray]:
+    """What ``detokenize`` needs to apply vLLM's output rules."""
+    return {
+        "stop_strings": np.array([s.encode() for s in sampling.stop], dtype=np.object_).reshape(-1),
+        "stop_token_ids": np.array(policy.terminating_ids, np.int32).reshape(-1),
+        "include_stop_str_in_output": np.array([sampling.include_stop_str_in_output], np.bool_),
+        "skip_special_tokens": np.array([sampling.skip_special_tokens], np.bool_),
+    }
+
+
+# --- prompt embeddings -> TensorRT-LLM's prompt table ------------------------------------------
+
+FP16_MAX = float(np.finfo(np.float16).max)
+
+
+def prompt_table_tensors(embeds: np.ndarray, vocab_size: int) -> dict[str, np.ndarray]:
+    """Prompt embeddings as TensorRT-LLM takes them ("p-tuning"): the rows as an FP16
+    ``prompt_embedding_table``, ``prompt_vocab_size`` rows, and ``input_ids`` holding the fake id
+    ``vocab_size + row`` at each position."""
+    rows = int(embeds.shape[0])
+    if embeds.ndim != 2 or rows == 0:
+        raise EmbedsError(f"prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got {list(embeds.shape)}.")
+    if np.abs(embeds).max() > FP16_MAX:
+        raise EmbedsError(
+            f"prompt_embeds holds values beyond {FP16_MAX:g}, which the engine's FP16 prompt table cannot carry."
+        )
+    return {
+        "input_ids": np.arange(vocab_size, vocab_size + rows, dtype=np.int32),
+        "input_lengths": np.array([rows], np.int32),
+        "prompt_embedding_table": embeds.astype(np.float16),
+        "prompt_vocab_size": np.array([rows], np.int32),
+    }
+
+
+def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) -> np.ndarray | None:
+    """The prompt-table rows ``input_ids`` select (every id a fake id ``vocab_size + row``), or
+    None when they are all vocabulary ids. Mixing both forms in one prompt is refused."""
+    fake = [i >= vocab_size for i in input_ids]
+    if not any(fake):
+        return None
+    if not all(fake):
+        raise InvalidParamsError("input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other.")
+    rows = [i - vocab_size for i in input_ids]
+    if max(rows) >= table.shape[0]:
+        raise InvalidParamsError(
+            f"input_ids refers to prompt-table row {max(rows)}, but the table has {table.shape[0]} rows."
+        )
+    return table[rows]
+
+
+# --- a generation request -> every tensor generation_params sends on ---------------------------
+
+class GenerationResolver:
+    """Per model: turns validated ``SamplingParams`` into the engine and post-processing tensors."""
+
+    def __init__(self, tokenizer: "object", config_eos: Sequence[int], pad_id: int | None) -> None:
+        """``tokenizer`` is a ``renderer.tokenizer.Tokenizer``; ``config_eos`` the generation
+        config's EOS ids (``ModelInfo.eos_token_ids``)."""
+        self.tokenizer = tokenizer
+        self.tokenizer_eos = tokenizer.eos_token_id
+        self.config_eos = tuple(config_eos)
+        self.pad_id = pad_id
+
+    def word_ids(self, words: Sequence[str], *, exact: bool = False) -> list[list[int]]:
+        """Each word's ids without special tokens (as TensorRT-LLM tokenizes words). With
+        ``exact``, a word whose ids do not decode back to it is left out (stop strings: the
+        text check catches those, and the engine must never stop where the text has no stop)."""
+        out = []
+        for w in words:
+            ids = self.tokenizer.hf.encode(w, add_special_tokens=False)
+            if ids and (not exact or self.tokenizer.decode(ids) == w):
+                out.append(ids)
+        return out
+
+    def tensors(
+        self,
+        sampling: SamplingParams,
+        max_tokens: int,
+        *,
+        end_id: int | None = None,
+        pad_id: int | None = None,
+        bad_words: Sequence[str] = (),
+    ) -> dict[str, np.ndarray]:
+        """Every tensor ``generation_params`` / ``ensemble_params`` send on; ``end_id`` replaces
+        the model's EOS id (TensorRT-LLM's ``end_id`` input)."""
+        import secrets
+
+        policy = StopPolicy.resolve(sampling, self.tokenizer_eos if end_id is None else end_id,
+                                    self.config_eos if end_id is None else ())
+        if pad_id is None:
+            pad_id = self.pad_id if self.pad_id is not None else max(policy.end_id, 0)
+        seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)
+        out = {
+            **sampling_tensors(sampling, max_tokens, policy, pad_id, seed,
+                               self.word_ids(sampling.stop, exact=True)),
+            **postprocess_tensors(sampling, policy),
+        }
+        if bad_words:
+            out["bad_words_list"] = encode_word_list(self.word_ids(bad_words))
+        return out

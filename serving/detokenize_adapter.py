@@ -1,0 +1,175 @@
+"""The Triton adapter behind ``detokenize`` (and ``detokenize_enc_dec``): post-processing that
+drives the engine, the pattern of TensorRT-LLM's own ``tensorrt_llm_bls``.
+
+Its inputs are the engine's (TensorRT-LLM names, built upstream by ``tokenize`` and
+``generation_params`` / ``ensemble_params``) plus vLLM's output rules. Per request it
+
+1. builds the engine request: the inputs as they came, the prompt as ids or as TensorRT-LLM's
+   prompt table (``input_embeds`` rows behind fake ids), always ``streaming`` so ids arrive as
+   they are generated;
+2. sends it to the engine model with BLS (``engine_model``: ``llm`` by default, any model that
+   has the ``tensorrt_llm`` interface) and reads the deltas;
+3. turns them into text with ``renderer.detokenizer`` (vLLM's incremental rules), and answers
+   the client: one response per engine delta when the client streams (the last flagged final),
+   else one response with everything;
+4. once the text says the request is over (a stop string the engine could not see, or the
+   client went away), cancels the engine request TensorRT-LLM's way (a request with ``stop`` =
+   true and the same request id) and drains what is still in flight.
+
+Each request runs on its own thread (the engine's response iterator blocks), so one instance
+serves many at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from renderer.detokenizer import IncrementalDetokenizer
+from renderer.engine_request import ENGINE_IMAGE_INPUTS, FORWARDED, prompt_table_tensors
+from renderer.errors import RenderError
+from renderer.model_info import ModelInfo
+from renderer.tokenizer import Tokenizer
+from serving import triton_io as io
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
+
+
+class EngineError(RenderError):
+    """The engine refused the request (its own message, a client error)."""
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        params = io.model_params(args)
+        self.name = json.loads(args["model_config"])["name"]
+        self.engine = params["engine_model"]
+        self.encoder_decoder = io.flag(params, "encoder_decoder")
+        self.tokenizer = Tokenizer.from_pretrained(params["model_dir"])
+        self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
+
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self._serve, args=(request,), name=f"{self.name}-request", daemon=True).start()
+        return None
+
+    def _serve(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        try:
+            self._generate(request, sender)
+        except Exception as e:  # noqa: BLE001 - the error goes to this request only
+            sender.send(io.error_response(e, self.name), flags=FINAL)
+
+    def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
+        """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
+        tensors = [t for n in FORWARDED + tuple(ENGINE_IMAGE_INPUTS)
+                   if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None]
+        embeds = io.get(request, "input_embeds")
+        prompt_ids: list[int] | None
+        if embeds is not None and embeds.size:
+            tensors += io.output_tensors(prompt_table_tensors(embeds, self.vocab_size))
+            prompt_ids = None
+        else:
+            tensors += [pb_utils.get_input_tensor_by_name(request, "input_ids"),
+                        pb_utils.get_input_tensor_by_name(request, "input_lengths")]
+            prompt_ids = io.get_ids(request, "input_ids")
+        tensors += io.output_tensors({"streaming": np.array([True]), "exclude_input_in_output": np.array([True])})
+        if self.encoder_decoder:
+            prompt_ids = io.get_ids(request, "decoder_input_ids")
+        return tensors, prompt_ids
+
+    def _generate(self, request: Any, sender: Any) -> None:
+        tensors, prompt_ids = self._engine_inputs(request)
+        stream = bool(io.get_scalar(request, "streaming", bool))
+        detok = IncrementalDetokenizer(
+            self.tokenizer, prompt_ids,
+            stop=io.get_strings(request, "stop_strings"),
+            stop_token_ids=io.get_ids(request, "stop_token_ids") or [],
+            include_stop_str_in_output=bool(io.get_scalar(request, "include_stop_str_in_output", bool)),
+            skip_special_tokens=_flag(request, "skip_special_tokens", True),
+            min_tokens=io.get_scalar(request, "min_tokens") or 0,
+            max_tokens=io.get_scalar(request, "request_output_len"),
+        )
+        request_id = uuid.uuid4().hex
+        engine_request = pb_utils.InferenceRequest(
+            model_name=self.engine, inputs=tensors, requested_output_names=ENGINE_OUTPUTS, request_id=request_id,
+        )
+        done = False
+        for response in engine_request.exec(decoupled=True):
+            if done:
+                continue  # draining a cancelled request
+            if response.has_error():
+                raise _engine_error(response.error(), self.engine)
+            new_ids = _delta(response)
+            if new_ids is None:
+                continue  # the engine's empty final response
+            progress = detok.push(new_ids)
+            done = progress.finish_reason is not None
+            if stream:
+                sender.send(_response(detok.next_text(), progress.ids), flags=FINAL if done else 0)
+            if not done and request.is_cancelled():
+                done = True
+            if done and not _ended_by_engine(progress, detok):
+                self._cancel(request_id, tensors)
+        if done and stream:
+            return
+        detok.end()
+        text = detok.next_text() if stream else detok.text
+        ids = [] if stream else detok.output_ids
+        if not stream and not _flag(request, "exclude_input_in_output", False) and prompt_ids:
+            # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
+            text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
+            ids = prompt_ids + ids
+        sender.send(_response(text, ids), flags=FINAL)
+
+    def _cancel(self, request_id: str, tensors: list[Any]) -> None:
+        """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
+        required = {t.name(): t for t in tensors if t.name() in ("input_ids", "input_lengths", "request_output_len")}
+        stop = pb_utils.InferenceRequest(
+            model_name=self.engine, inputs=[*required.values(), *io.output_tensors({"stop": np.array([True])})],
+            requested_output_names=ENGINE_OUTPUTS, request_id=request_id,
+        )
+        for _ in stop.exec(decoupled=True):
+            pass
+
+
+def _flag(request: Any, name: str, default: bool) -> bool:
+    v = io.get_scalar(request, name, bool)
+    return default if v is None else bool(v)
+
+
+def _delta(response: Any) -> list[int] | None:
+    """The new ids of one engine response (beam 0, the first ``sequence_length`` of them)."""
+    ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+    if ids is None:
+        return None
+    arr = ids.as_numpy()
+    arr = arr.reshape(arr.shape[-2] if arr.ndim > 1 else 1, -1)[0]
+    n = pb_utils.get_output_tensor_by_name(response, "sequence_length")
+    length = int(n.as_numpy().reshape(-1)[0]) if n is not None else len(arr)
+    return arr[:length].tolist()
+
+
+def _ended_by_engine(progress: Any, detok: IncrementalDetokenizer) -> bool:
+    """Whether the engine stops by itself at this id: its end id, a stop id or max tokens."""
+    return progress.finish_reason == "length" or isinstance(progress.stop_reason, int)
+
+
+def _engine_error(error: Any, engine: str) -> Exception:
+    code = error.code() if hasattr(error, "code") else None
+    if code == pb_utils.TritonError.INVALID_ARG:
+        return EngineError(error.message())
+    return RuntimeError(f"engine '{engine}': {error.message()}")
+
+
+def _response(text: str, ids: list[int]) -> Any:
+    return pb_utils.InferenceResponse(output_tensors=io.output_tensors({
+        "text_output": np.array([text.encode()], dtype=np.object_),
+        "output_ids": np.asarray(ids, np.int32),
+    }))

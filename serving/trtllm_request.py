@@ -1,0 +1,181 @@
+"""One ``tensorrt_llm`` request read as an engine reads it: TensorRT-LLM's semantics, no Triton.
+
+Both engines behind the ``llm`` interface (the transformers stand-in and vLLM's engine) parse
+their tensors here, so they agree on every rule: fake ids ``vocab_size + row`` select rows of
+``prompt_embedding_table``, ``stop_words_list`` / ``bad_words_list`` are ``[2, L]`` word lists,
+generation stops on ``end_id`` (one id) or a stop word, ``runtime_top_k`` = 1 is greedy, and
+inputs asking for what neither engine does (beams, several sequences, log probs, logits) are
+refused by name rather than ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from renderer.engine_request import ENGINE_IMAGE_INPUTS, decode_word_list, prompt_rows
+from renderer.errors import InvalidParamsError, TensorError
+
+Getter = Callable[[str], "np.ndarray | None"]
+
+
+class UnsupportedEngineInputError(InvalidParamsError):
+    """An input asks for something this engine does not do."""
+
+    def __init__(self, name: str, value: object, what: str) -> None:
+        super().__init__(f"Input '{name}'={value} is not supported: {what}.")
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One request to the engine, decoded from TensorRT-LLM's tensors."""
+
+    input_ids: list[int]
+    """Prompt ids as given (fake ids ``vocab_size + row`` where the prompt is table rows)."""
+
+    prompt_embeds: np.ndarray | None
+    """``(len(input_ids), hidden)`` prompt embeddings, when ``input_ids`` are fake ids."""
+
+    max_tokens: int
+    """``request_output_len``."""
+
+    end_id: int = -1
+    """The id that ends generation; -1 for none."""
+
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    """Id sequences that end generation (kept in the output)."""
+
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    """Id sequences never generated."""
+
+    temperature: float = 1.0
+    """Sampling temperature; 0 is greedy."""
+
+    top_k: int = 0
+    """``runtime_top_k``; 1 is greedy, 0 keeps every id."""
+
+    top_p: float = 1.0
+    """``runtime_top_p``."""
+
+    seed: int | None = None
+    """``seed``; None draws one."""
+
+    min_tokens: int = 0
+    """Ids generated before ``end_id`` or a stop word may end generation."""
+
+    repetition_penalty: float = 1.0
+    """Over prompt and output ids."""
+
+    presence_penalty: float = 0.0
+    """Over output ids."""
+
+    frequency_penalty: float = 0.0
+    """Over output ids, per occurrence."""
+
+    streaming: bool = False
+    """One response per step with only the new ids, the last flagged final."""
+
+    exclude_input_in_output: bool = False
+    """Without streaming: leave the prompt out of ``output_ids``."""
+
+    decoder_input_ids: list[int] | None = None
+    """Encoder-decoder models: the decoder prompt (``input_ids`` feed the encoder)."""
+
+    images: dict[str, np.ndarray] | None = None
+    """Processed images (the extension tensors), for vision-language models."""
+
+    request_id: str = ""
+    """Triton's request id (a later request with ``stop`` = true and this id cancels it)."""
+
+    @property
+    def greedy(self) -> bool:
+        return self.top_k == 1 or self.temperature == 0.0
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+
+def _scalar(get: Getter, name: str, kind: type, default):
+    arr = get(name)
+    if arr is None:
+        return default
+    if arr.size != 1:
+        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+    return kind(arr.reshape(-1)[0])
+
+
+def _ids(get: Getter, name: str) -> list[int] | None:
+    arr = get(name)
+    return None if arr is None else arr.reshape(-1).astype(np.int64).tolist()
+
+
+def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder: bool = False) -> EngineRequest:
+    """Read a request from ``get(name) -> array without the batch dimension, or None``."""
+    for name, default, what in _UNSUPPORTED:
+        value = _scalar(get, name, type(default), default)
+        if value != default:
+            raise UnsupportedEngineInputError(name, value, what)
+    ids = _ids(get, "input_ids")
+    if ids is None:
+        raise TensorError("Input 'input_ids' is required.")
+    table = get("prompt_embedding_table")
+    if table is not None and table.size:
+        rows = _scalar(get, "prompt_vocab_size", int, None)
+        if rows is not None and rows != table.shape[0]:
+            raise TensorError(f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table.")
+        embeds = prompt_rows(ids, table.astype(np.float32), vocab_size)
+    else:
+        if any(i >= vocab_size or i < 0 for i in ids):
+            raise TensorError(f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.")
+        embeds = None
+    declared = _scalar(get, "input_lengths", int, None)
+    if declared is not None and declared != len(ids):
+        raise TensorError(f"input_lengths={declared} does not match the {len(ids)} ids given.")
+    decoder_ids = _ids(get, "decoder_input_ids") if encoder_decoder else None
+    if encoder_decoder:
+        if not decoder_ids:
+            raise TensorError("Input 'decoder_input_ids' is required by an encoder-decoder engine.")
+        n_dec = _scalar(get, "decoder_input_lengths", int, None)
+        if n_dec is not None and n_dec != len(decoder_ids):
+            raise TensorError(f"decoder_input_lengths={n_dec} does not match the {len(decoder_ids)} ids given.")
+    max_tokens = _scalar(get, "request_output_len", int, None)
+    if max_tokens is None:
+        raise TensorError("Input 'request_output_len' is required.")
+    if max_tokens < 1:
+        raise InvalidParamsError(f"request_output_len must be at least 1, got {max_tokens}.")
+    seed = _scalar(get, "seed", int, None)
+    images = {n: a for n in ENGINE_IMAGE_INPUTS if (a := get(n)) is not None and a.size}
+    return EngineRequest(
+        input_ids=ids,
+        prompt_embeds=embeds,
+        max_tokens=max_tokens,
+        end_id=_scalar(get, "end_id", int, -1),
+        stop_words=tuple(decode_word_list(get("stop_words_list"))),
+        bad_words=tuple(decode_word_list(get("bad_words_list"))),
+        temperature=_scalar(get, "temperature", float, 1.0),
+        top_k=_scalar(get, "runtime_top_k", int, 0),
+        top_p=_scalar(get, "runtime_top_p", float, 1.0),
+        seed=seed,
+        min_tokens=_scalar(get, "min_tokens", int, 0),
+        repetition_penalty=_scalar(get, "repetition_penalty", float, 1.0),
+        presence_penalty=_scalar(get, "presence_penalty", float, 0.0),
+        frequency_penalty=_scalar(get, "frequency_penalty", float, 0.0),
+        streaming=_scalar(get, "streaming", bool, False),
+        exclude_input_in_output=_scalar(get, "exclude_input_in_output", bool, False),
+        decoder_input_ids=decoder_ids,
+        images=images or None,
+        request_id=request_id,
+    )
+
+
+# Inputs declared because TensorRT-LLM declares them, honoured only at their defaults.
+_UNSUPPORTED = (
+    ("beam_width", 1, "this engine does greedy or sampled decoding, not beam search"),
+    ("num_return_sequences", 1, "this engine returns one sequence per request"),
+    ("return_log_probs", False, "this engine returns no log probabilities"),
+    ("return_context_logits", False, "this engine returns no logits"),
+    ("return_generation_logits", False, "this engine returns no logits"),
+)
