@@ -41,8 +41,9 @@ status:
 	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch status
 
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
-# (on ports 18000-18002, so a `make serve` on the default ports is left alone).
-test: model
+# (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
+# the tests drive (perf_analyzer, genai-perf) are installed first.
+test: model perf-analyzer genai-perf
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 unit: $(STAMP)
@@ -51,6 +52,16 @@ unit: $(STAMP)
 clean:
 	-BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch stop 2>/dev/null
 	rm -rf $(BUILD_DIR) $(VENV)
+
+# genai-perf in its own venv (it needs numpy 2; the server's venv pins numpy 1).
+GENAI_PERF_VENV := $(BUILD_DIR)/genai-perf-venv
+$(GENAI_PERF_VENV)/.installed: requirements-genai-perf.txt
+	test -x $(GENAI_PERF_VENV)/bin/python || $(PYTHON) -m venv $(GENAI_PERF_VENV)
+	$(GENAI_PERF_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-genai-perf.txt
+	touch $@
+
+.PHONY: genai-perf
+genai-perf: $(GENAI_PERF_VENV)/.installed
 
 # --- benchmarks (never part of `make test`; see docs/PERFORMANCE.md) ---------------------------
 .PHONY: perf-analyzer bench bench-peer

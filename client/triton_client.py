@@ -210,7 +210,8 @@ class RendererClient:
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 text = result.as_numpy("text_output")
                 if text is not None:
-                    yield Generated(text.reshape(-1)[0].decode(), result.as_numpy("output_ids").reshape(-1).tolist())
+                    ids = result.as_numpy("output_ids")  # the TensorRT-LLM front returns text only
+                    yield Generated(text.reshape(-1)[0].decode(), [] if ids is None else ids.reshape(-1).tolist())
                 if final:
                     return
         finally:
@@ -236,7 +237,8 @@ class RendererClient:
                     # SSE errors arrive after the 200 header: no status code to report.
                     raise RequestError("stream", event["error"])
                 ids = event.get("output_ids", [])
-                yield Generated(event.get("text_output", ""), ids if isinstance(ids, list) else [ids])
+                text = event.get("text_output", "")
+                yield Generated(text[0] if isinstance(text, list) else text, ids if isinstance(ids, list) else [ids])
 
 
 def _generate_body(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
