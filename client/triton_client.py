@@ -247,16 +247,17 @@ def _generate_body(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     for name, arr in tensors.items():
         v = np.asarray(arr)[0]
         if v.dtype == np.object_:
-            if v.size != 1:
-                raise ValueError(f"{name}: the HTTP generate endpoint takes one string per input; use gRPC")
-            raw = v.reshape(-1)[0]
             if name == "prompt_embeds":
-                body[name] = base64.b64encode(raw).decode()  # JSON carries no raw bytes; base64 is accepted
+                # JSON carries no raw bytes; base64 is accepted.
+                body[name] = base64.b64encode(v.reshape(-1)[0]).decode()
                 continue
+            if v.ndim > 1:
+                raise ValueError(f"{name}: the HTTP generate endpoint takes strings or a list of them; use gRPC")
             try:
-                body[name] = raw.decode() if isinstance(raw, bytes) else str(raw)
+                items = [x.decode() if isinstance(x, bytes) else str(x) for x in v.reshape(-1)]
             except UnicodeDecodeError:
                 raise ValueError(f"{name}: not UTF-8, which JSON cannot carry; use gRPC") from None
+            body[name] = items[0] if len(items) == 1 else items  # a JSON list becomes a [n] tensor
         elif v.size == 1 and not name.endswith("token_ids"):
             body[name] = v.reshape(-1)[0].item()
         else:
