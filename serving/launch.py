@@ -79,10 +79,14 @@ class Settings:
     """A Triton model folder with TensorRT-LLM's ``tensorrt_llm`` interface (a filled
     ``tensorrt_llm`` folder of TensorRT-LLM's model repository) to use as the engine instead of
     ``llm``; the ensembles call it by its folder name."""
-    vllm_env: str = str(ROOT / "build" / "vllm-venv")
-    """The unpacked Python environment with vLLM that the ``llm`` stub runs in when ``llm_engine`` is "vllm"."""
+    vllm_env: str = str(ROOT / "build" / "peer-venv")
+    """The unpacked Python environment with vLLM that the ``llm`` stub runs in when ``llm_engine``
+    is "vllm" (``make engine-vllm`` builds it; the benchmark's vLLM peer uses the same one)."""
+    vllm_dtype: str = "auto"
+    """vLLM engine: model dtype. "auto" is float32 on a CPU host (vLLM's CPU bf16 path has no fast
+    kernels without AVX-512 BF16, and gives the same ids) and the model's own dtype on a GPU."""
     vllm_kv_cache_gib: int = 1
-    """vLLM engine: KV-cache size in GiB on CPU (``VLLM_CPU_KVCACHE_SPACE``)."""
+    """vLLM engine on CPU: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``)."""
     max_batch_size: int = 64
     """Largest dynamic batch of the batching stage models."""
     max_queue_delay_us: int = 0
@@ -186,6 +190,10 @@ def template_vars(s: Settings) -> dict[str, str]:
         "llm_instances": str(s.llm_instances),
         "engine_model": engine_model_name(s),
         "vllm_env": str(Path(s.vllm_env).resolve()),
+        "vllm_device": "cuda" if gpu_visible() else "cpu",
+        "vllm_dtype": s.vllm_dtype if s.vllm_dtype != "auto" else ("auto" if gpu_visible() else "float32"),
+        "vllm_kv_cache_gib": str(s.vllm_kv_cache_gib),
+        "project_root": str(ROOT),
         "max_batch_size": str(s.max_batch_size),
         "max_queue_delay_us": str(s.max_queue_delay_us),
         "mm_instance_kind": kind,
@@ -354,8 +362,11 @@ def prepare(s: Settings) -> None:
         raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose standin or vllm")
     if s.engine_model_dir and not (Path(s.engine_model_dir) / "config.pbtxt").exists():
         raise SystemExit(f"ENGINE_MODEL_DIR={s.engine_model_dir} holds no config.pbtxt (not a Triton model folder)")
-    if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "python").exists():
+    if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "activate").exists():
         raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
+    if s.llm_engine == "vllm" and model_family(s) is not None:
+        raise SystemExit("LLM_ENGINE=vllm serves text models here: images through vLLM's engine are not wired "
+                         "(docs/ENGINES.md says why); use the stand-in for the image path")
     if not s.encoder_decoder_model_dir:
         # The tiny BART borrows the default model's tokenizer.
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))

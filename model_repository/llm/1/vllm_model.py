@@ -1,0 +1,26 @@
+"""Triton model ``llm`` when LLM_ENGINE=vllm (``default_model_filename`` in config.vllm.pbtxt):
+vLLM's ``AsyncLLM`` behind the ``tensorrt_llm`` interface, in serving/vllm_engine.py.
+
+The stub runs in vLLM's environment with an isolated Python (PYTHONPATH ignored), so the project
+root comes from the model config before anything of the project is imported.
+"""
+
+import json
+import sys
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        root = json.loads(args["model_config"])["parameters"]["project_root"]["string_value"]
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        from serving.vllm_engine import VllmEngineModel
+
+        self._engine = VllmEngineModel()
+        self._engine.initialize(args)
+
+    async def execute(self, requests):
+        return await self._engine.execute(requests)
+
+    def finalize(self):
+        self._engine.finalize()

