@@ -119,7 +119,7 @@ class IncrementalDetokenizer:
         max_tokens: int | None = None,
     ) -> None:
         """``tokenizer`` is a ``renderer.tokenizer.Tokenizer`` or a transformers tokenizer."""
-        hf = getattr(tokenizer, "hf", tokenizer)
+        hf = getattr(tokenizer, "for_decoding", tokenizer)
         core = getattr(hf, "_tokenizer", None)
         self._stream = (_FastStream(core, prompt_ids, skip_special_tokens) if core is not None
                         else _SlowStream(hf, prompt_ids, skip_special_tokens))

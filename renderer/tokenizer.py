@@ -164,11 +164,16 @@ class Tokenizer:
         )
         return [Encoded(list(ids), None) for ids in out["input_ids"]]
 
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
-        return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    @property
+    def for_decoding(self) -> Any:
+        """The shared transformers tokenizer, for decoding only. Decoding reads the vocabulary
+        and never changes the tokenizer's state (encoding's truncation and padding settings are
+        what need a copy per thread), so every thread may use this one: a post-processor that
+        starts a thread per request must not pay for a deep copy each time."""
+        return self._proto
 
-    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
-        return self.hf.convert_ids_to_tokens(list(ids))
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return self._proto.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
 
 def _cut(enc: Encoded, opts: EncodeOptions) -> Encoded:

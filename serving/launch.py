@@ -326,7 +326,8 @@ def server_command(s: Settings, watchdog_token: str) -> list[str]:
         f"--grpc-port={s.grpc_port}",
         f"--metrics-address={s.host}",
         f"--metrics-port={s.metrics_port}",
-        "--exit-timeout-secs=10",
+        # vLLM's engine needs longer to shut its processes down (about 13 s here).
+        f"--exit-timeout-secs={40 if s.llm_engine == 'vllm' else 10}",
         f"--log-verbose={s.log_verbose}",
         "--backend-config=python,shm-default-byte-size=4194304",
     ]
@@ -428,7 +429,7 @@ def start(s: Settings) -> int:
     return 1
 
 
-def stop(s: Settings, timeout_s: float = 30.0) -> int:
+def stop(s: Settings, timeout_s: float = 60.0) -> int:
     pid = running_pid(s)
     if pid is None:
         s.pid_file.unlink(missing_ok=True)
@@ -442,8 +443,12 @@ def stop(s: Settings, timeout_s: float = 30.0) -> int:
             break
         _reap(pid)
         time.sleep(0.2)
-    else:
+    # The server's process group (start_new_session) also holds what its stubs started, such as
+    # vLLM's engine-core processes, which outlive a server that exits first: none may remain.
+    try:
         os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     s.pid_file.unlink(missing_ok=True)
     return 0
 
