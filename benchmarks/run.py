@@ -321,9 +321,12 @@ def describe(plan: Plan) -> list[str]:
                      f"fastokens on {PEER_FASTOKENS_PORT} up at once; {plan.h2h_rounds} rounds alternating ours "
                      "(grpc, http), the floor (grpc) and both peers, both "
                      f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; medians")
+        lines.append("7. chat on vLLM's engine (LLM_ENGINE=vllm) vs vllm serve alone, same model and requests, each "
+                     "target alone, alternating rounds (benchmarks/engine_vllm.py)")
     else:
         lines.append("6. head-to-head: skipped (needs the peer)")
-    lines.append("7. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
+        lines.append("7. vLLM engine: skipped (needs vLLM's environment)")
+    lines.append("8. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
     return lines
 
 
@@ -415,6 +418,14 @@ def run(plan: Plan) -> dict[str, Any]:
         res["peer"] = run_peer(plan)
         res["peer_fastokens"] = run_peer(plan, fastokens=True)
         res["head_to_head"] = run_head_to_head(plan)
+        # 6. generation on vLLM's engine behind our chat ensemble vs vllm serve alone
+        log("chat on vLLM's engine vs vllm serve")
+        try:
+            from benchmarks import engine_vllm
+
+            res["engine_vllm"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **engine_vllm.run(plan.quick)}
+        except Exception as e:  # noqa: BLE001 - recorded in the report
+            res["engine_vllm"] = {"error": str(e)}
 
     res["elapsed_s"] = time.time() - t_start
     return res
