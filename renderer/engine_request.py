@@ -12,12 +12,25 @@ No Triton here: tensors are numpy arrays without the batch dimension.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import EmbedsError, InvalidParamsError
+from .errors import EmbedsError, InvalidParamsError, TensorError
 from .sampling import SamplingParams
+
+Getter = Callable[[str], "np.ndarray | None"]
+"""``get(name)``: an input tensor without its batch dimension, or None when absent."""
+
+
+def read_scalar(get: Getter, name: str, kind: type, default: Any = None) -> Any:
+    """A one-element input as ``kind``, or ``default`` when absent."""
+    arr = get(name)
+    if arr is None:
+        return default
+    if arr.size != 1:
+        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+    return kind(arr.reshape(-1)[0])
 
 
 @dataclass(frozen=True)
@@ -261,6 +274,14 @@ def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) ->
 
 class GenerationResolver:
     """Per model: turns validated ``SamplingParams`` into the engine and post-processing tensors."""
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str) -> "GenerationResolver":
+        from .model_info import ModelInfo
+        from .tokenizer import Tokenizer
+
+        info = ModelInfo.from_model_dir(model_dir)
+        return cls(Tokenizer.from_pretrained(model_dir), info.eos_token_ids, info.pad_token_id)
 
     def __init__(self, tokenizer: "object", config_eos: Sequence[int], pad_id: int | None) -> None:
         """``tokenizer`` is a ``renderer.tokenizer.Tokenizer``; ``config_eos`` the generation

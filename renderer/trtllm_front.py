@@ -11,14 +11,9 @@ honour is refused by name, never ignored; one set to its no-op value is accepted
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
-import numpy as np
-
+from .engine_request import Getter, read_scalar
 from .errors import InvalidParamsError, TensorError
 from .sampling import SamplingParams
-
-Getter = Callable[[str], "np.ndarray | None"]
 
 
 class UnsupportedInputError(InvalidParamsError):
@@ -54,15 +49,6 @@ class FrontRequest:
     """``exclude_input_in_output``: without it a non-streamed answer starts with the prompt."""
 
 
-def _scalar(get: Getter, name: str, kind: type):
-    arr = get(name)
-    if arr is None:
-        return None
-    if arr.size != 1:
-        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
-    return kind(arr.reshape(-1)[0])
-
-
 def _strings(get: Getter, name: str) -> tuple[str, ...]:
     arr = get(name)
     if arr is None:
@@ -85,37 +71,37 @@ def parse_front_request(get: Getter) -> FrontRequest:
         if arr is not None and arr.size:
             raise UnsupportedInputError(name, why)
     for name, default, why in _REFUSED_UNLESS_DEFAULT:
-        value = _scalar(get, name, type(default))
+        value = read_scalar(get, name, type(default))
         if value is not None and value != default:
             raise UnsupportedInputError(name, f"{why} (got {value})")
-    max_tokens = _scalar(get, "max_tokens", int)
+    max_tokens = read_scalar(get, "max_tokens", int)
     if max_tokens is None:
         raise TensorError("Input 'max_tokens' is required.")
-    top_k = _scalar(get, "top_k", int) or 0
-    top_p = _scalar(get, "top_p", float) or 0.0
-    temperature = _scalar(get, "temperature", float)
+    top_k = read_scalar(get, "top_k", int) or 0
+    top_p = read_scalar(get, "top_p", float) or 0.0
+    temperature = read_scalar(get, "temperature", float)
     greedy = (top_k in (0, 1) and top_p == 0.0) or top_k == 1 or temperature == 0.0
-    seed = _scalar(get, "seed", int)
+    seed = read_scalar(get, "seed", int)
     sampling = SamplingParams(
         temperature=0.0 if greedy else (1.0 if temperature is None else temperature),
         top_p=1.0 if greedy or top_p == 0.0 else top_p,
         top_k=0 if greedy else top_k,
         seed=seed,
         stop=_strings(get, "stop_words"),
-        min_tokens=_scalar(get, "min_tokens", int) or 0,
-        repetition_penalty=_default(_scalar(get, "repetition_penalty", float), 1.0),
-        presence_penalty=_default(_scalar(get, "presence_penalty", float), 0.0),
-        frequency_penalty=_default(_scalar(get, "frequency_penalty", float), 0.0),
+        min_tokens=read_scalar(get, "min_tokens", int) or 0,
+        repetition_penalty=_default(read_scalar(get, "repetition_penalty", float), 1.0),
+        presence_penalty=_default(read_scalar(get, "presence_penalty", float), 0.0),
+        frequency_penalty=_default(read_scalar(get, "frequency_penalty", float), 0.0),
     )
     sampling.verify(max_tokens)
     return FrontRequest(
         sampling=sampling,
         max_tokens=max_tokens,
-        end_id=_scalar(get, "end_id", int),
-        pad_id=_scalar(get, "pad_id", int),
+        end_id=read_scalar(get, "end_id", int),
+        pad_id=read_scalar(get, "pad_id", int),
         bad_words=_strings(get, "bad_words"),
-        stream=bool(_scalar(get, "stream", bool)),
-        exclude_input_in_output=bool(_scalar(get, "exclude_input_in_output", bool)),
+        stream=bool(read_scalar(get, "stream", bool)),
+        exclude_input_in_output=bool(read_scalar(get, "exclude_input_in_output", bool)),
     )
 
 

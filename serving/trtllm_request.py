@@ -11,14 +11,10 @@ refused by name rather than ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
-from renderer.engine_request import ENGINE_IMAGE_INPUTS, decode_word_list, prompt_rows
+from renderer.engine_request import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar
 from renderer.errors import InvalidParamsError, TensorError
-
-Getter = Callable[[str], "np.ndarray | None"]
 
 
 class UnsupportedEngineInputError(InvalidParamsError):
@@ -98,15 +94,6 @@ class EngineRequest:
         return len(self.input_ids)
 
 
-def _scalar(get: Getter, name: str, kind: type, default):
-    arr = get(name)
-    if arr is None:
-        return default
-    if arr.size != 1:
-        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
-    return kind(arr.reshape(-1)[0])
-
-
 def _ids(get: Getter, name: str) -> list[int] | None:
     arr = get(name)
     return None if arr is None else arr.reshape(-1).astype(np.int64).tolist()
@@ -115,7 +102,7 @@ def _ids(get: Getter, name: str) -> list[int] | None:
 def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder: bool = False) -> EngineRequest:
     """Read a request from ``get(name) -> array without the batch dimension, or None``."""
     for name, default, what in _UNSUPPORTED:
-        value = _scalar(get, name, type(default), default)
+        value = read_scalar(get, name, type(default), default)
         if value != default:
             raise UnsupportedEngineInputError(name, value, what)
     ids = _ids(get, "input_ids")
@@ -123,7 +110,7 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
         raise TensorError("Input 'input_ids' is required.")
     table = get("prompt_embedding_table")
     if table is not None and table.size:
-        rows = _scalar(get, "prompt_vocab_size", int, None)
+        rows = read_scalar(get, "prompt_vocab_size", int, None)
         if rows is not None and rows != table.shape[0]:
             raise TensorError(f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table.")
         embeds = prompt_rows(ids, table.astype(np.float32), vocab_size)
@@ -131,40 +118,40 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
         if any(i >= vocab_size or i < 0 for i in ids):
             raise TensorError(f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.")
         embeds = None
-    declared = _scalar(get, "input_lengths", int, None)
+    declared = read_scalar(get, "input_lengths", int, None)
     if declared is not None and declared != len(ids):
         raise TensorError(f"input_lengths={declared} does not match the {len(ids)} ids given.")
     decoder_ids = _ids(get, "decoder_input_ids") if encoder_decoder else None
     if encoder_decoder:
         if not decoder_ids:
             raise TensorError("Input 'decoder_input_ids' is required by an encoder-decoder engine.")
-        n_dec = _scalar(get, "decoder_input_lengths", int, None)
+        n_dec = read_scalar(get, "decoder_input_lengths", int, None)
         if n_dec is not None and n_dec != len(decoder_ids):
             raise TensorError(f"decoder_input_lengths={n_dec} does not match the {len(decoder_ids)} ids given.")
-    max_tokens = _scalar(get, "request_output_len", int, None)
+    max_tokens = read_scalar(get, "request_output_len", int, None)
     if max_tokens is None:
         raise TensorError("Input 'request_output_len' is required.")
     if max_tokens < 1:
         raise InvalidParamsError(f"request_output_len must be at least 1, got {max_tokens}.")
-    seed = _scalar(get, "seed", int, None)
+    seed = read_scalar(get, "seed", int, None)
     images = {n: a for n in ENGINE_IMAGE_INPUTS if (a := get(n)) is not None and a.size}
     return EngineRequest(
         input_ids=ids,
         prompt_embeds=embeds,
         max_tokens=max_tokens,
-        end_id=_scalar(get, "end_id", int, -1),
+        end_id=read_scalar(get, "end_id", int, -1),
         stop_words=tuple(decode_word_list(get("stop_words_list"))),
         bad_words=tuple(decode_word_list(get("bad_words_list"))),
-        temperature=_scalar(get, "temperature", float, 1.0),
-        top_k=_scalar(get, "runtime_top_k", int, 0),
-        top_p=_scalar(get, "runtime_top_p", float, 1.0),
+        temperature=read_scalar(get, "temperature", float, 1.0),
+        top_k=read_scalar(get, "runtime_top_k", int, 0),
+        top_p=read_scalar(get, "runtime_top_p", float, 1.0),
         seed=seed,
-        min_tokens=_scalar(get, "min_tokens", int, 0),
-        repetition_penalty=_scalar(get, "repetition_penalty", float, 1.0),
-        presence_penalty=_scalar(get, "presence_penalty", float, 0.0),
-        frequency_penalty=_scalar(get, "frequency_penalty", float, 0.0),
-        streaming=_scalar(get, "streaming", bool, False),
-        exclude_input_in_output=_scalar(get, "exclude_input_in_output", bool, False),
+        min_tokens=read_scalar(get, "min_tokens", int, 0),
+        repetition_penalty=read_scalar(get, "repetition_penalty", float, 1.0),
+        presence_penalty=read_scalar(get, "presence_penalty", float, 0.0),
+        frequency_penalty=read_scalar(get, "frequency_penalty", float, 0.0),
+        streaming=read_scalar(get, "streaming", bool, False),
+        exclude_input_in_output=read_scalar(get, "exclude_input_in_output", bool, False),
         decoder_input_ids=decoder_ids,
         images=images or None,
         request_id=request_id,

@@ -6,17 +6,13 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import GenerationResolver
-from renderer.model_info import ModelInfo
 from renderer.sampling import SamplingParams
-from renderer.tokenizer import Tokenizer
 from serving import triton_io as io
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        model_dir = io.model_params(args)["model_dir"]
-        info = ModelInfo.from_model_dir(model_dir)
-        self.resolver = GenerationResolver(Tokenizer.from_pretrained(model_dir), info.eos_token_ids, info.pad_token_id)
+        self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
 
     def _one(self, request):
         max_tokens = io.get_scalar(request, "max_tokens")
