@@ -21,6 +21,10 @@ _DTYPES = {np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL", np.dtype(np.
            np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.uint64): "UINT64"}
 
 
+GRPC_STREAM_ERRORS = {"triton_grpc_error": "true"}
+"""gRPC stream header asking Triton for status codes on errors (the stream then ends)."""
+
+
 class RequestError(Exception):
     """The server refused or failed a request."""
 
@@ -199,13 +203,14 @@ class RendererClient:
 
     def _stream_grpc(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
         q: queue.Queue = queue.Queue()
-        self._client.start_stream(callback=lambda result, error: q.put((result, error)))
+        # "triton_grpc_error": Triton (24.09 on) then ends the stream on an error with its gRPC
+        # status code (INVALID_ARGUMENT for a bad request), which otherwise a stream does not carry.
+        self._client.start_stream(callback=lambda result, error: q.put((result, error)), headers=GRPC_STREAM_ERRORS)
         try:
             self._client.async_stream_infer(model, self._inputs(tensors), enable_empty_final_response=True)
             while True:
                 result, error = q.get(timeout=self.timeout_s)
                 if error is not None:
-                    # Triton's gRPC stream carries an error message but no status code.
                     raise RequestError(str(error.status()) if error.status() else "stream", error.message())
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 text = result.as_numpy("text_output")

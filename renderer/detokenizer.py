@@ -185,7 +185,8 @@ class IncrementalDetokenizer:
         return Progress(kept, None)
 
     def end(self, reason: str = "length") -> None:
-        """The engine ended the request without a reason we saw (context full, engine limit)."""
+        """The request ended without a reason seen here: the engine stopped (context full, an
+        engine limit: "length") or the client went away ("abort")."""
         if self.finish_reason is None:
             self.finish_reason = reason
 

@@ -100,10 +100,11 @@ class TritonPythonModel:
         engine_request = pb_utils.InferenceRequest(
             model_name=self.engine, inputs=tensors, requested_output_names=ENGINE_OUTPUTS, request_id=request_id,
         )
-        done = False
+        n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
+        done = sent_final = cancelled = False
         for response in engine_request.exec(decoupled=True):
             if done:
-                continue  # draining a cancelled request
+                continue  # draining a request ended here
             if response.has_error():
                 raise _engine_error(response.error(), self.engine)
             new_ids = _delta(response)
@@ -112,21 +113,23 @@ class TritonPythonModel:
             progress = detok.push(new_ids)
             done = progress.finish_reason is not None
             if stream:
-                sender.send(_response(detok.next_text(), progress.ids), flags=FINAL if done else 0)
+                sender.send(_response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt),
+                            flags=FINAL if done else 0)
+                sent_final = done
             if not done and request.is_cancelled():
-                done = True
-            if done and not _ended_by_engine(progress, detok):
+                done = cancelled = True
+            if done and not _ended_by_engine(progress):
                 self._cancel(request_id, tensors)
-        if done and stream:
+        if sent_final:
             return
-        detok.end()
+        detok.end("abort" if cancelled else "length")  # no-op when the text already ended it
         text = detok.next_text() if stream else detok.text
         ids = [] if stream else detok.output_ids
         if not stream and not _flag(request, "exclude_input_in_output", False) and prompt_ids:
             # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
             text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
             ids = prompt_ids + ids
-        sender.send(_response(text, ids), flags=FINAL)
+        sender.send(_response(text, ids, detok.finish_reason, n_prompt), flags=FINAL)
 
     def _cancel(self, request_id: str, tensors: list[Any]) -> None:
         """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
@@ -156,7 +159,7 @@ def _delta(response: Any) -> list[int] | None:
     return arr[:length].tolist()
 
 
-def _ended_by_engine(progress: Any, detok: IncrementalDetokenizer) -> bool:
+def _ended_by_engine(progress: Any) -> bool:
     """Whether the engine stops by itself at this id: its end id, a stop id or max tokens."""
     return progress.finish_reason == "length" or isinstance(progress.stop_reason, int)
 
@@ -168,8 +171,12 @@ def _engine_error(error: Any, engine: str) -> Exception:
     return RuntimeError(f"engine '{engine}': {error.message()}")
 
 
-def _response(text: str, ids: list[int]) -> Any:
+def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int) -> Any:
+    """One response: the text piece and its ids, and, for clients that report usage and finish
+    (the OpenAI front), the prompt's length and why generation ended ("" until it has)."""
     return pb_utils.InferenceResponse(output_tensors=io.output_tensors({
         "text_output": np.array([text.encode()], dtype=np.object_),
         "output_ids": np.asarray(ids, np.int32),
+        "finish_reason": np.array([(finish_reason or "").encode()], dtype=np.object_),
+        "input_lengths": np.array([n_prompt], np.int32),
     }))
