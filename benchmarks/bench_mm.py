@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'triton miss':>12} {'triton hit':>11} {'HF/ours':>8} {'HF/triton':>10}")
     for i, (fam, d) in enumerate(dirs.items()):
         port = 19500 + 10 * i
-        s = replace(launch.Settings(), model=fam.replace("_", "-"), models="render_chat",
+        s = replace(launch.Settings(), openai_port=0, model=fam.replace("_", "-"), models="render_chat",
                     build_dir=str(ROOT / "build" / f"bench-mm-{fam}"), http_port=port, grpc_port=port + 1,
                     metrics_port=port + 2)
         if launch.start(s) != 0:

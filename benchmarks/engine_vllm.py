@@ -59,7 +59,7 @@ def log(msg: str) -> None:
 def ours_settings(model_dir: str) -> Any:
     from serving import launch
 
-    return replace(launch.Settings(), model_dir=model_dir, llm_engine="vllm", models="chat",
+    return replace(launch.Settings(), openai_port=0, model_dir=model_dir, llm_engine="vllm", models="chat",
                    build_dir=str(BUILD / "bench" / "engine-vllm"), http_port=OURS_PORT, grpc_port=OURS_PORT + 1,
                    metrics_port=OURS_PORT + 2, startup_timeout_s=600)
 

@@ -116,7 +116,7 @@ def server_settings(**overrides: Any):
     from serving import launch
 
     base = launch.Settings.from_env()
-    fields = dict(http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
+    fields = dict(http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT, openai_port=0,
                   build_dir=str(WORK / "server"), models_dir=str(BUILD / "models"),
                   models="render_completion,render_chat,chat")
     fields.update(overrides)

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     perf_analyzer.install(quiet=True)
     make_inputs.write()
-    s = replace(launch.Settings.from_env(), build_dir=str(ROOT / "build" / "soak-server"),
+    s = replace(launch.Settings.from_env(), openai_port=0, build_dir=str(ROOT / "build" / "soak-server"),
                 http_port=PORT, grpc_port=PORT + 1, metrics_port=PORT + 2, models="render_chat,render_completion")
     hf = AutoTokenizer.from_pretrained(s.resolved_model_dir)
     if launch.start(s) != 0:

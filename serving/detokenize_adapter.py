@@ -16,6 +16,12 @@ Its inputs are the engine's (TensorRT-LLM names, built upstream by ``tokenize`` 
    client went away), cancels the engine request TensorRT-LLM's way (a request with ``stop`` =
    true and the same request id) and drains what is still in flight.
 
+It takes TensorRT-LLM's cancellation itself too: a request to this model with ``stop`` = true ends
+the running request with the same request id. Triton 2.51 cancels an ensemble request only
+between its steps, never inside the step that is running (this one, for all of a generation), so
+a client that goes away cancels this way (the HTTP front does; the ensemble passes the client's
+request id down to this step).
+
 Each request runs on its own thread (the engine's response iterator blocks), so one instance
 serves many at once.
 """
@@ -53,18 +59,36 @@ class TritonPythonModel:
         self.encoder_decoder = io.flag(params, "encoder_decoder")
         self.tokenizer = Tokenizer.from_pretrained(params["model_dir"])
         self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
+        self._running: dict[str, threading.Event] = {}  # request id -> set to cancel it
+        self._lock = threading.Lock()
 
     def execute(self, requests):
         for request in requests:
+            if io.get_scalar(request, "stop", bool):
+                with self._lock:
+                    event = self._running.get(request.request_id())
+                if event is not None:
+                    event.set()
+                request.get_response_sender().send(flags=FINAL)  # as TensorRT-LLM answers a stop
+                continue
             threading.Thread(target=self._serve, args=(request,), name=f"{self.name}-request", daemon=True).start()
         return None
 
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
+        rid = request.request_id()
+        cancel = threading.Event()
+        if rid:
+            with self._lock:
+                self._running[rid] = cancel
         try:
-            self._generate(request, sender)
+            self._generate(request, sender, cancel)
         except Exception as e:  # noqa: BLE001 - the error goes to this request only
             sender.send(io.error_response(e, self.name), flags=FINAL)
+        finally:
+            with self._lock:
+                if self._running.get(rid) is cancel:
+                    del self._running[rid]
 
     def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
         """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
@@ -84,7 +108,7 @@ class TritonPythonModel:
             prompt_ids = io.get_ids(request, "decoder_input_ids")
         return tensors, prompt_ids
 
-    def _generate(self, request: Any, sender: Any) -> None:
+    def _generate(self, request: Any, sender: Any, cancel: threading.Event) -> None:
         tensors, prompt_ids = self._engine_inputs(request)
         stream = bool(io.get_scalar(request, "streaming", bool))
         detok = IncrementalDetokenizer(
@@ -116,7 +140,7 @@ class TritonPythonModel:
                 sender.send(_response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt),
                             flags=FINAL if done else 0)
                 sent_final = done
-            if not done and request.is_cancelled():
+            if not done and (cancel.is_set() or request.is_cancelled()):
                 done = cancelled = True
             if done and not _ended_by_engine(progress):
                 self._cancel(request_id, tensors)

@@ -65,6 +65,10 @@ class Settings:
     """gRPC port."""
     metrics_port: int = 8002
     """Prometheus metrics port."""
+    openai_port: int = 9000
+    """The OpenAI- and vLLM-compatible HTTP front (``serving/openai_front``); 0 turns it off."""
+    served_model_name: str = ""
+    """The model id the HTTP front serves (``/v1/models``); empty: the model folder's name."""
     tokenize_instances: int = 2
     """CPU instances of ``tokenize``."""
     chat_render_instances: int = 3
@@ -161,6 +165,10 @@ class Settings:
     @property
     def http_url(self) -> str:
         return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def front_pid_file(self) -> Path:
+        return self.build / "openai_front.pid"
 
 
 def gpu_visible() -> bool:
@@ -413,6 +421,7 @@ def start(s: Settings) -> int:
     )
     s.pid_file.write_text(str(proc.pid))
     start_watchdog(s, proc.pid, token)
+    start_front(s, proc.pid)
     deadline = time.monotonic() + s.startup_timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -430,6 +439,7 @@ def start(s: Settings) -> int:
 
 
 def stop(s: Settings, timeout_s: float = 60.0) -> int:
+    stop_front(s)
     pid = running_pid(s)
     if pid is None:
         s.pid_file.unlink(missing_ok=True)
@@ -470,14 +480,54 @@ def start_watchdog(s: Settings, server_pid: int, token: str) -> None:
         )
 
 
+def start_front(s: Settings, server_pid: int) -> None:
+    """Beside the server: the OpenAI- and vLLM-compatible HTTP front (it follows the server's
+    life: ``--server-pid``), unless ``OPENAI_PORT`` is 0."""
+    if not s.openai_port:
+        return
+    cmd = [sys.executable, "-m", "serving.openai_front", "--host", s.host, "--port", str(s.openai_port),
+           "--triton", f"{s.host}:{s.grpc_port}", "--model-dir", str(s.resolved_model_dir),
+           "--max-model-len", str(s.max_model_len), "--server-pid", str(server_pid)]
+    if s.served_model_name:
+        cmd += ["--served-model-name", s.served_model_name]
+    with open(s.build / "openai_front.log", "ab") as log:
+        proc = subprocess.Popen(cmd, env=server_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=str(ROOT))
+    s.front_pid_file.write_text(str(proc.pid))
+
+
+def stop_front(s: Settings) -> None:
+    try:
+        pid = int(s.front_pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        s.front_pid_file.unlink(missing_ok=True)
+        return
+    if b"serving.openai_front" in cmdline:  # only the front this build folder started
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            _reap(pid)
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    s.front_pid_file.unlink(missing_ok=True)
+
+
 def serve(s: Settings) -> int:
     prepare(s)
     s.build.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     cmd = server_command(s, token)
     print("$ " + " ".join(c if token not in c else c.replace(token, "***") for c in cmd), flush=True)
-    # exec keeps this pid, so the watchdog started now watches the server itself.
+    # exec keeps this pid, so the watchdog and the front started now follow the server itself.
     start_watchdog(s, os.getpid(), token)
+    start_front(s, os.getpid())
+    if s.openai_port:
+        print(f"OpenAI-compatible front on http://{s.host}:{s.openai_port}/v1", flush=True)
     os.execve(cmd[0], cmd, server_env(s))
 
 

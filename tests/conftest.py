@@ -52,6 +52,7 @@ def server_settings(model_dir):
         http_port=int(os.environ.get("TEST_HTTP_PORT", 18000)),
         grpc_port=int(os.environ.get("TEST_GRPC_PORT", 18001)),
         metrics_port=int(os.environ.get("TEST_METRICS_PORT", 18002)),
+        openai_port=int(os.environ.get("TEST_OPENAI_PORT", 18003)),
         # A longer window than the default makes requests sent together share a batch, which
         # the batch-isolation tests rely on.
         max_queue_delay_us=5000,

@@ -234,7 +234,7 @@ def trtllm_server(server_settings, two_eos, tmp_path_factory):
     (engine / "config.pbtxt").write_text(trtllm_config(two_eos))
     shutil.copy(ROOT / "model_repository" / "llm" / "1" / "model.py", engine / "1" / "model.py")
     port = int(os.environ.get("TEST_ENGINE_PORT", 18400))
-    s = replace(server_settings, model_dir=str(two_eos), engine_model_dir=str(engine),
+    s = replace(server_settings, openai_port=0, model_dir=str(two_eos), engine_model_dir=str(engine),
                 build_dir=str(tmp_path_factory.mktemp("trtllm-build")), models="completion,chat,ensemble",
                 http_port=port, grpc_port=port + 1, metrics_port=port + 2)
     launch.stop(s)

@@ -33,7 +33,7 @@ def stub_regions(server_pid: int) -> set[str]:
 def fault_server(server_settings, tmp_path_factory):
     from serving import launch
 
-    s = replace(server_settings, build_dir=str(tmp_path_factory.mktemp("faults")), models="render_completion,render_chat",
+    s = replace(server_settings, openai_port=0, build_dir=str(tmp_path_factory.mktemp("faults")), models="render_completion,render_chat",
                 http_port=18600, grpc_port=18601, metrics_port=18602, tokenize_instances=1, chat_render_instances=2)
     assert launch.start(s) == 0
     pid = int(Path(s.pid_file).read_text())

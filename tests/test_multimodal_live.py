@@ -42,7 +42,7 @@ def mm(request, server_settings, tmp_path_factory):
     port = PORTS[family]
     media = tmp_path_factory.mktemp(f"media-{family}")
     (media / "ok.png").write_bytes(png("odd_333x77"))
-    s = replace(server_settings, model_dir="", model=family.replace("_", "-"), models="render_chat,chat",
+    s = replace(server_settings, openai_port=0, model_dir="", model=family.replace("_", "-"), models="render_chat,chat",
                 build_dir=str(tmp_path_factory.mktemp(f"mm-{family}")), http_port=port, grpc_port=port + 1,
                 metrics_port=port + 2, mm_cache_bytes=CACHE_BYTES, media_dir=str(media))
     assert launch.start(s) == 0, f"server for {family} did not start; see {s.log_file}"

@@ -141,7 +141,7 @@ def embeds_off_server(server_settings, tmp_path_factory):
     """A second, render-only server with the flag off (vLLM's default)."""
     from serving import launch
 
-    s = replace(server_settings, enable_prompt_embeds=False, models="render_completion",
+    s = replace(server_settings, openai_port=0, enable_prompt_embeds=False, models="render_completion",
                 build_dir=str(tmp_path_factory.mktemp("embeds-off")), http_port=18200, grpc_port=18201, metrics_port=18202)
     assert launch.start(s) == 0
     yield s

@@ -45,7 +45,7 @@ def chat_server(request, server, tokenizer_dirs, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp(f"chat-{name}")
     port = PORTS[name]
-    s = replace(server, model_dir=str(_as_model_dir(tokenizer_dirs[name], tmp / "model")), build_dir=str(tmp / "build"),
+    s = replace(server, openai_port=0, model_dir=str(_as_model_dir(tokenizer_dirs[name], tmp / "model")), build_dir=str(tmp / "build"),
                 models="render_chat", http_port=port, grpc_port=port + 1, metrics_port=port + 2)
     assert launch.start(s) == 0, f"render-only server for {name} did not start; see {s.log_file}"
     yield name, s
@@ -163,7 +163,7 @@ def test_no_template_error(tmp_path, server, model_dir):
 
     d = tmp_path / "model"
     shutil.copytree(model_dir, d, ignore=shutil.ignore_patterns("*.safetensors", "chat_template.jinja"))
-    s = replace(server, model_dir=str(d), build_dir=str(tmp_path / "b"), models="render_chat",
+    s = replace(server, openai_port=0, model_dir=str(d), build_dir=str(tmp_path / "b"), models="render_chat",
                 http_port=18500, grpc_port=18501, metrics_port=18502)
     assert launch.start(s) == 0
     try:

@@ -107,7 +107,7 @@ def vllm_server(server_settings, tmp_path_factory):
     from serving import launch
 
     port = int(os.environ.get("TEST_VLLM_PORT", 18500))
-    s = replace(server_settings, llm_engine="vllm", enable_prompt_embeds=True, models="completion,chat,ensemble",
+    s = replace(server_settings, openai_port=0, llm_engine="vllm", enable_prompt_embeds=True, models="completion,chat,ensemble",
                 build_dir=str(tmp_path_factory.mktemp("vllm-build")), http_port=port, grpc_port=port + 1,
                 metrics_port=port + 2, startup_timeout_s=600)
     launch.stop(s)

@@ -1,0 +1,12 @@
+"""An OpenAI- and vLLM-compatible HTTP front over the ensembles (``python -m serving.openai_front``).
+
+A light process (no model, no tokenizer) that speaks OpenAI's ``/v1/chat/completions`` and
+``/v1/completions`` (streaming or not), vLLM's render endpoints and ``/tokenize`` /
+``/detokenize``, ``/v1/models`` and ``/health``, and forwards every request to the Triton ensembles
+over gRPC: the ensembles render, the engine generates; the front only translates.
+
+- ``requests.py``: an OpenAI / vLLM request body -> the ensemble's tensors, with vLLM's defaults;
+- ``responses.py``: what the ensembles returned -> OpenAI's and vLLM's response bodies;
+- ``triton.py``: the asyncio gRPC client of the ensembles (cancellation included);
+- ``app.py``: the FastAPI routes and OpenAI-shaped errors.
+"""

@@ -1,0 +1,250 @@
+"""OpenAI and vLLM request bodies -> the ensembles' inputs.
+
+The front renders nothing: a chat request becomes the ``chat`` ensemble's ``messages`` and
+``chat_params``, a completion the ``completion`` ensemble's ``prompt`` (or ids, or embeddings),
+and the sampling fields its ``sampling_params``, all under vLLM's field names. Defaults are
+vLLM's: sampling fields the request leaves out come from the model's ``generation_config.json``
+(temperature 1.0 otherwise), and a request without ``max_tokens`` may use the rest of the context.
+Fields vLLM ignores are ignored here too; what this server cannot do is a 400 saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+
+class FrontError(Exception):
+    """A request the front answers with an OpenAI-shaped error."""
+
+    def __init__(self, message: str, status: int = HTTPStatus.BAD_REQUEST, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = int(status)
+        self.param = param
+
+
+# Fields that go into the ensembles' sampling_params JSON as they are (vLLM's names).
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "include_stop_str_in_output",
+                   "ignore_eos", "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                   "skip_special_tokens")
+# chat_params fields (vLLM's request fields that shape the rendered chat).
+CHAT_FIELDS = ("chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "tools",
+               "documents", "media_io_kwargs", "mm_processor_kwargs")
+# What vLLM takes and this server does not do: refused when set to anything but "off".
+UNSUPPORTED = {
+    "logprobs": "log probabilities are not returned by this server",
+    "top_logprobs": "log probabilities are not returned by this server",
+    "prompt_logprobs": "log probabilities are not returned by this server",
+    "logit_bias": "logit_bias is not served",
+    "response_format": "structured output (response_format) is not served",
+    "structured_outputs": "structured output is not served",
+    "guided_json": "guided decoding is not served",
+    "guided_regex": "guided decoding is not served",
+    "guided_choice": "guided decoding is not served",
+    "best_of": "best_of is not served",
+    "echo": "echo is not served",
+    "suffix": "suffix is not served",
+}
+# Generation-config keys vLLM takes as default sampling values (vllm/config/model.py).
+GENERATION_CONFIG_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty")
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What the front knows of the served model, read from its folder's JSON files (no weights)."""
+
+    name: str
+    """The model id clients send (``/v1/models``)."""
+
+    max_model_len: int
+    """Context length, for ``/tokenize`` and the default ``max_tokens``."""
+
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
+    """vLLM's defaults from ``generation_config.json``."""
+
+    default_max_tokens: int | None = None
+    """``max_new_tokens`` of ``generation_config.json``, when it sets one."""
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str, name: str = "", max_model_len: int = 0) -> "ModelCard":
+        from renderer.model_info import ModelInfo
+
+        info = ModelInfo.from_model_dir(model_dir, max_model_len)
+        gen_path = Path(model_dir) / "generation_config.json"
+        gen = json.loads(gen_path.read_text()) if gen_path.exists() else {}
+        return cls(
+            name=name or Path(model_dir).name,
+            max_model_len=info.max_model_len,
+            sampling_defaults={k: gen[k] for k in GENERATION_CONFIG_DEFAULTS if k in gen},
+            default_max_tokens=gen.get("max_new_tokens"),
+        )
+
+
+@dataclass
+class Plan:
+    """One generation request, ready for an ensemble."""
+
+    model: str
+    """``chat`` or ``completion``."""
+
+    tensors: dict[str, np.ndarray]
+    """The ensemble's inputs (batch dimension included), ``max_tokens`` not yet."""
+
+    max_tokens: int | None
+    """What the request asked for; None: the rest of the context."""
+
+    stream: bool
+    """Server-sent events."""
+
+    include_usage: bool
+    """``stream_options.include_usage``: a last chunk with the token counts."""
+
+    continuous_usage: bool = False
+    """``stream_options.continuous_usage_stats``: usage on every chunk."""
+
+
+def _bytes(value: str | bytes) -> np.ndarray:
+    return np.array([[value.encode() if isinstance(value, str) else value]], dtype=np.object_)
+
+
+def _json(value: Any) -> np.ndarray:
+    return _bytes(json.dumps(value, ensure_ascii=False))
+
+
+def check_model(body: Mapping[str, Any], card: ModelCard) -> None:
+    model = body.get("model")
+    if model is not None and model != card.name:
+        raise FrontError(f"The model `{model}` does not exist.", HTTPStatus.NOT_FOUND, "model")
+
+
+def _common(body: Mapping[str, Any], card: ModelCard) -> None:
+    if not isinstance(body, Mapping):
+        raise FrontError("The request body must be a JSON object.")
+    check_model(body, card)
+    n = body.get("n", 1)
+    if n != 1:
+        raise FrontError(f"n must be 1: this server returns one choice per request, got {n!r}.", param="n")
+    for name, why in UNSUPPORTED.items():
+        v = body.get(name)
+        if v not in (None, False, 0, {}, [], ""):
+            raise FrontError(f"{name} is not supported: {why}.", param=name)
+
+
+def sampling_params(body: Mapping[str, Any], card: ModelCard) -> dict[str, Any]:
+    """vLLM's sampling fields of the request, over the model's generation-config defaults."""
+    out = {"temperature": 1.0, **card.sampling_defaults}
+    out.update({k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None})
+    return out
+
+
+def _max_tokens(body: Mapping[str, Any], card: ModelCard) -> int | None:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is None:
+        return card.default_max_tokens
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FrontError(f"max_tokens must be an integer, got {value!r}.", param="max_tokens")
+    return value
+
+
+def _stream_options(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    stream = bool(body.get("stream", False))
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, Mapping):
+        raise FrontError("stream_options must be an object.", param="stream_options")
+    if opts and not stream:
+        raise FrontError("Stream options can only be defined when `stream=True`.", param="stream_options")
+    return stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats"))
+
+
+def tokenize_params(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("truncate_prompt_tokens", "add_special_tokens") if body.get(k) is not None}
+
+
+def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The render inputs of a chat request (``render_chat`` / ``chat``)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise FrontError("messages must be a list of chat messages.", param="messages")
+    t = {"messages": _json(messages)}
+    chat = {k: body[k] for k in CHAT_FIELDS if body.get(k) is not None}
+    if chat:
+        t["chat_params"] = _json(chat)
+    tp = tokenize_params(body)
+    if tp:
+        t["tokenize_params"] = _json(tp)
+    if body.get("cache_salt") is not None:
+        t["cache_salt"] = _bytes(str(body["cache_salt"]))
+    return t
+
+
+def completion_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The render inputs of a completion request (one prompt: text, ids, or embeddings)."""
+    prompt, embeds = body.get("prompt"), body.get("prompt_embeds")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    t: dict[str, np.ndarray] = {}
+    if embeds is not None:
+        if prompt not in (None, "", []):
+            raise FrontError("Provide either prompt or prompt_embeds, not both.", param="prompt")
+        if not isinstance(embeds, str):
+            raise FrontError("prompt_embeds must be a base64 string of one serialized tensor.", param="prompt_embeds")
+        t["prompt_embeds"] = _bytes(embeds)
+    elif isinstance(prompt, str):
+        t["prompt"] = _bytes(prompt)
+    elif isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+        t["prompt_token_ids"] = np.array([prompt], dtype=np.int32) if prompt else np.zeros((1, 0), np.int32)
+    elif isinstance(prompt, list):
+        raise FrontError("This server takes one prompt per request; send the prompts as separate requests.",
+                         param="prompt")
+    else:
+        raise FrontError("prompt must be a string, a list of token ids, or a list holding one of them.",
+                         param="prompt")
+    tp = tokenize_params(body)
+    if tp:
+        t["tokenize_params"] = _json(tp)
+    if body.get("cache_salt") is not None:
+        t["cache_salt"] = _bytes(str(body["cache_salt"]))
+    return t
+
+
+def generation_plan(body: Mapping[str, Any], card: ModelCard, *, chat: bool) -> Plan:
+    _common(body, card)
+    stream, include_usage, continuous = _stream_options(body)
+    tensors = chat_tensors(body) if chat else completion_tensors(body)
+    tensors["sampling_params"] = _json(sampling_params(body, card))
+    tensors["stream"] = np.array([[stream]], dtype=np.bool_)
+    return Plan("chat" if chat else "completion", tensors, _max_tokens(body, card), stream, include_usage, continuous)
+
+
+def render_plan(body: Mapping[str, Any], card: ModelCard, *, chat: bool) -> tuple[dict[str, np.ndarray], int | None]:
+    """A render endpoint's request: the render ensemble's inputs, and ``max_tokens`` if given."""
+    _common(body, card)
+    return (chat_tensors(body) if chat else completion_tensors(body)), _max_tokens(body, card)
+
+
+def tokenize_plan(body: Mapping[str, Any], card: ModelCard) -> tuple[str, dict[str, np.ndarray]]:
+    """vLLM's ``/tokenize``: a prompt (special tokens added by default) or messages (chat rendering,
+    generation prompt added by default, no special tokens)."""
+    check_model(body, card)
+    if "messages" in body:
+        b = dict(body)
+        b.setdefault("add_generation_prompt", True)
+        return "render_chat", chat_tensors(b)
+    if not isinstance(body.get("prompt"), str):
+        raise FrontError("prompt must be a string, or send messages.", param="prompt")
+    return "render_completion", completion_tensors(body)
+
+
+def detokenize_tensors(body: Mapping[str, Any], card: ModelCard) -> dict[str, np.ndarray]:
+    check_model(body, card)
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in tokens):
+        raise FrontError("tokens must be a list of token ids.", param="tokens")
+    return {"prompt_token_ids": np.array([tokens], dtype=np.int32) if tokens else np.zeros((1, 0), np.int32),
+            "tokenize_params": _json({"needs_detokenization": True, "add_special_tokens": False})}

@@ -1,0 +1,154 @@
+"""The ensembles over gRPC, asynchronously (``tritonclient.grpc.aio``).
+
+Render ensembles are unary calls; generation ensembles are decoupled, so they go over a stream of
+their own per request, with ``triton_grpc_error`` so a failed request ends its stream with its
+gRPC status code (INVALID_ARGUMENT for a bad request: a 400 here, anything else a 5xx). Leaving a
+stream early (the HTTP client went away) cancels it, and Triton cancels the request in the
+ensemble; the post-processor then stops the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, AsyncIterator, Mapping
+
+import numpy as np
+
+from .requests import FrontError
+
+STREAM_HEADERS = {"triton_grpc_error": "true"}
+POST_PROCESSOR = "detokenize"  # the step of the chat and completion ensembles that drives the engine
+CLIENT_ERRORS = {"StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST, "StatusCode.NOT_FOUND": HTTPStatus.NOT_FOUND,
+                 "StatusCode.UNIMPLEMENTED": HTTPStatus.NOT_IMPLEMENTED}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One response of a generation ensemble."""
+
+    text: str
+    """The text of this response."""
+
+    ids: list[int]
+    """Its token ids."""
+
+    finish_reason: str
+    """"stop", "length", "abort", or "" while generating."""
+
+    prompt_tokens: int
+    """The prompt's length in tokens."""
+
+
+def _error(e: Exception) -> FrontError:
+    """A failed call as an HTTP status: Triton's gRPC status code says whose fault it was."""
+    import grpc
+    from tritonclient.utils import InferenceServerException
+
+    if isinstance(e, grpc.RpcError):  # a stream ended by its error (triton_grpc_error)
+        code, message = f"StatusCode.{e.code().name}", e.details() or ""
+    elif isinstance(e, InferenceServerException):
+        code, message = str(e.status()), e.message()
+    else:
+        return FrontError(f"{type(e).__name__}: {e}", HTTPStatus.INTERNAL_SERVER_ERROR)
+    # Triton names the ensemble first; the message after it is the stage's own.
+    if message.startswith("in ensemble '") and ", " in message:
+        message = message.split(", ", 1)[1]
+    return FrontError(message, CLIENT_ERRORS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR))
+
+
+class Ensembles:
+    """An asyncio gRPC client of one Triton server's ensembles."""
+
+    def __init__(self, url: str) -> None:
+        import tritonclient.grpc.aio as grpcclient
+
+        self._mod = grpcclient
+        self.url = url
+        self._client = grpcclient.InferenceServerClient(url)
+        self._stopping: set[asyncio.Task] = set()
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def ready(self) -> bool:
+        try:
+            return bool(await self._client.is_server_ready())
+        except Exception:  # noqa: BLE001 - unreachable counts as not ready
+            return False
+
+    def _inputs(self, tensors: Mapping[str, np.ndarray]) -> list[Any]:
+        from tritonclient.utils import np_to_triton_dtype
+
+        out = []
+        for name, arr in tensors.items():
+            t = self._mod.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+            t.set_data_from_numpy(arr)
+            out.append(t)
+        return out
+
+    async def infer(self, model: str, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A unary call: every output, batch dimension removed."""
+        try:
+            res = await self._client.infer(model, self._inputs(tensors))
+        except Exception as e:  # noqa: BLE001 - mapped to an HTTP status
+            raise _error(e) from None
+        return {o.name: res.as_numpy(o.name)[0] for o in res.get_response().outputs}
+
+    async def generate(self, model: str, tensors: Mapping[str, np.ndarray]) -> AsyncIterator[Piece]:
+        """The responses of one generation request, as they come; closing this iterator early
+        cancels the request."""
+        inputs = self._inputs(tensors)
+        rid = f"front-{uuid.uuid4().hex}"
+
+        async def requests():
+            yield {"model_name": model, "inputs": inputs, "request_id": rid}
+
+        stream = self._client.stream_infer(requests(), headers=STREAM_HEADERS)
+        finished = False
+        try:
+            while True:
+                try:
+                    result, error = await stream.__anext__()
+                except StopAsyncIteration:
+                    return
+                except Exception as e:  # noqa: BLE001 - the call failed: mapped to an HTTP status
+                    raise _error(e) from None
+                if error is not None:
+                    raise _error(error)
+                text = result.as_numpy("text_output")
+                if text is not None:
+                    ids = result.as_numpy("output_ids")
+                    finish = result.as_numpy("finish_reason")
+                    n = result.as_numpy("input_lengths")
+                    yield Piece(text.reshape(-1)[0].decode(), [] if ids is None else ids.reshape(-1).tolist(),
+                                "" if finish is None else finish.reshape(-1)[0].decode(),
+                                0 if n is None else int(n.reshape(-1)[0]))
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    finished = True
+                    return
+        finally:
+            stream.cancel()
+            if not finished:
+                # Triton cancels an ensemble only between its steps; the post-processor, which runs
+                # for all of a generation, takes TensorRT-LLM's stop by request id. A task of its
+                # own: this one may be cancelled (the HTTP client went away), and would cancel it.
+                task = asyncio.get_running_loop().create_task(self._stop(rid))
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
+
+    async def _stop(self, rid: str) -> None:
+        tensors = {"stop": np.array([[True]]), "input_ids": np.zeros((1, 1), np.int32),
+                   "input_lengths": np.ones((1, 1), np.int32), "request_output_len": np.ones((1, 1), np.int32)}
+        inputs = self._inputs(tensors)
+
+        async def requests():
+            yield {"model_name": POST_PROCESSOR, "inputs": inputs, "request_id": rid}
+
+        try:
+            async for _ in self._client.stream_infer(requests()):
+                break  # its one (empty, final) response
+        except Exception:  # noqa: BLE001 - the request may have ended already
+            pass
