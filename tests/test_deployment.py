@@ -105,14 +105,15 @@ def test_overlay_has_every_piece(rendered, overlay):
     assert set(env) <= SETTING_NAMES, set(env) - SETTING_NAMES
     assert env["HOST"] == "0.0.0.0"
 
-    # Ports: ConfigMap == container == Service; probes on Triton's health endpoints.
+    # Ports: ConfigMap == container == Service; probes on Triton's health endpoints and the front's.
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"http": int(env["HTTP_PORT"]), "grpc": int(env["GRPC_PORT"]),
-                     "metrics": int(env["METRICS_PORT"])} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+                     "metrics": int(env["METRICS_PORT"]), "openai": int(env["OPENAI_PORT"])} == {
+        "http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
     assert {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
         n: (p, n) for n, p in ports.items()}
     assert c["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "openai"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
     ann = pod["metadata"]["annotations"]
     assert (ann["prometheus.io/scrape"], ann["prometheus.io/port"]) == ("true", str(ports["metrics"]))
@@ -269,7 +270,7 @@ def container(tmp_path_factory, rendered):
     model_dir = build(ROOT / "build" / "models" / "smollm2-135m-instruct")
     env = {k: v for k, v in os.environ.items() if k not in SETTING_NAMES}
     env.update(launcher_env(rendered["cpu"]))
-    env.update(HOST="127.0.0.1", HTTP_PORT="19000", GRPC_PORT="19001", METRICS_PORT="19002",
+    env.update(HOST="127.0.0.1", HTTP_PORT="19000", GRPC_PORT="19001", METRICS_PORT="19002", OPENAI_PORT="19003",
                MODEL_DIR=str(model_dir), MODELS_DIR=str(model_dir.parent), BUILD_DIR=str(tmp / "build"),
                TRITON_HOME=str(_image_like_triton_home(tmp)), PYTHON=sys.executable)
     env.pop("CLEAN_STALE_SHM", None)  # other servers' regions live in this host's /dev/shm
@@ -318,6 +319,17 @@ def test_health_and_metrics_endpoints_the_manifests_use(container):
     for path in ("/v2/health/ready", "/v2/health/live"):
         with urllib.request.urlopen(settings.http_url + path, timeout=5) as r:
             assert r.status == 200, path
+    # The readiness probe's: the OpenAI front the container's launcher started, on its port.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{settings.host}:{settings.openai_port}/health", timeout=5) as r:
+                assert r.status == 200
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     url = f"http://{settings.host}:{settings.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as r:
         assert "nv_inference_request_success" in r.read().decode()
