@@ -444,15 +444,7 @@ def stop(s: Settings, timeout_s: float = 60.0) -> int:
     if pid is None:
         s.pid_file.unlink(missing_ok=True)
         return 0
-    os.kill(pid, signal.SIGTERM)  # SIGTERM: the backend unlinks its shared-memory regions
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        _reap(pid)
-        time.sleep(0.2)
+    _terminate(pid, timeout_s)  # SIGTERM: the backend unlinks its shared-memory regions
     # The server's process group (start_new_session) also holds what its stubs started, such as
     # vLLM's engine-core processes, which outlive a server that exits first: none may remain.
     try:
@@ -461,6 +453,20 @@ def stop(s: Settings, timeout_s: float = 60.0) -> int:
         pass
     s.pid_file.unlink(missing_ok=True)
     return 0
+
+
+def _terminate(pid: int, timeout_s: float) -> bool:
+    """SIGTERM, then wait; whether the process is gone."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        _reap(pid)
+        time.sleep(0.1)
+    return False
 
 
 def _reap(pid: int) -> None:
@@ -503,17 +509,8 @@ def stop_front(s: Settings) -> None:
     except (OSError, ValueError):
         s.front_pid_file.unlink(missing_ok=True)
         return
-    if b"serving.openai_front" in cmdline:  # only the front this build folder started
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(50):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            _reap(pid)
-            time.sleep(0.1)
-        else:
-            os.kill(pid, signal.SIGKILL)
+    if b"serving.openai_front" in cmdline and not _terminate(pid, 5.0):  # only the front this folder started
+        os.kill(pid, signal.SIGKILL)
     s.front_pid_file.unlink(missing_ok=True)
 
 

@@ -54,7 +54,8 @@ def stubs_of(server_pid: int) -> dict[int, Stub]:
         fields = stat[stat.rindex(")") + 2:].split()
         if int(fields[1]) != server_pid or fields[0] == "Z":
             continue
-        model_py = next((a.decode() for a in args if a.endswith(b"/model.py")), None)
+        # The model's file: model.py, or its default_model_filename (vLLM's engine: vllm_model.py).
+        model_py = next((a.decode() for a in args if a.endswith(b".py") and b"/1/" in a), None)
         if model_py is None:
             continue
         region = next((a.decode() for a in args if a.startswith(b"triton_python_backend_shm_region")), None)

@@ -166,6 +166,16 @@ def tokenize_params(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: body[k] for k in ("truncate_prompt_tokens", "add_special_tokens") if body.get(k) is not None}
 
 
+def _with_extras(t: dict[str, np.ndarray], body: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The inputs every render takes beside its prompt: tokenize_params and cache_salt."""
+    tp = tokenize_params(body)
+    if tp:
+        t["tokenize_params"] = _json(tp)
+    if body.get("cache_salt") is not None:
+        t["cache_salt"] = _bytes(str(body["cache_salt"]))
+    return t
+
+
 def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The render inputs of a chat request (``render_chat`` / ``chat``)."""
     messages = body.get("messages")
@@ -175,12 +185,7 @@ def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     chat = {k: body[k] for k in CHAT_FIELDS if body.get(k) is not None}
     if chat:
         t["chat_params"] = _json(chat)
-    tp = tokenize_params(body)
-    if tp:
-        t["tokenize_params"] = _json(tp)
-    if body.get("cache_salt") is not None:
-        t["cache_salt"] = _bytes(str(body["cache_salt"]))
-    return t
+    return _with_extras(t, body)
 
 
 def completion_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -205,12 +210,7 @@ def completion_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     else:
         raise FrontError("prompt must be a string, a list of token ids, or a list holding one of them.",
                          param="prompt")
-    tp = tokenize_params(body)
-    if tp:
-        t["tokenize_params"] = _json(tp)
-    if body.get("cache_salt") is not None:
-        t["cache_salt"] = _bytes(str(body["cache_salt"]))
-    return t
+    return _with_extras(t, body)
 
 
 def generation_plan(body: Mapping[str, Any], card: ModelCard, *, chat: bool) -> Plan:
