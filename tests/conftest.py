@@ -21,10 +21,43 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if "server" in item.fixturenames or "client" in item.fixturenames:
-            item.add_marker(pytest.mark.live)
+class ServerStartRefused(RuntimeError):
+    """A test not marked `live` tried to start a server (`make unit` must start none)."""
+
+
+# What a unit test must never start: Triton, the OpenAI front the launcher starts, and load tools.
+_SERVER_MARKS = ("tritonserver", "serving.openai_front", "perf_analyzer", "genai-perf")
+
+
+def _is_server_command(args: object) -> bool:
+    argv = [args] if isinstance(args, (str, os.PathLike)) else list(args or [])
+    return any(mark in str(a) for a in argv[:4] for mark in _SERVER_MARKS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Refuse any server start from a test not explicitly marked `live`.
+
+    Marks are explicit in each module (`pytestmark = pytest.mark.live`); this guard is what makes
+    a missing mark a failure rather than a `make unit` that quietly starts tritonservers.
+    """
+    if item.get_closest_marker("live") is not None:
+        yield
+        return
+    import subprocess
+
+    real_popen_init = subprocess.Popen.__init__
+
+    def guarded_init(self, args, *a, **kw):
+        if _is_server_command(args):
+            raise ServerStartRefused(f"{item.nodeid} is not marked live but started {args!r}")
+        real_popen_init(self, args, *a, **kw)
+
+    subprocess.Popen.__init__ = guarded_init
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = real_popen_init
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +81,8 @@ def server_settings(model_dir):
     return replace(
         Settings(),
         model_dir=str(model_dir),
-        build_dir=str(BUILD / "test-server"),
+        # Separate folders and ports let two test sessions run side by side.
+        build_dir=os.environ.get("TEST_BUILD_DIR", str(BUILD / "test-server")),
         http_port=int(os.environ.get("TEST_HTTP_PORT", 18000)),
         grpc_port=int(os.environ.get("TEST_GRPC_PORT", 18001)),
         metrics_port=int(os.environ.get("TEST_METRICS_PORT", 18002)),

@@ -6,6 +6,9 @@ import pytest
 
 from client import RequestError
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 PROMPT = "The capital of France is"
 
 

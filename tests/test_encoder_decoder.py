@@ -35,6 +35,7 @@ def enc_dec(client, **tensors):
     return client.infer("render_encoder_decoder", arr)
 
 
+@pytest.mark.live
 def test_ids_equal_transformers_for_both_prompts(client, hf_tokenizer):
     out = enc_dec(client, encoder_prompt="translate this sentence", decoder_prompt="Le début")
     assert out["encoder_input_ids"].tolist() == hf_tokenizer("translate this sentence").input_ids
@@ -42,12 +43,14 @@ def test_ids_equal_transformers_for_both_prompts(client, hf_tokenizer):
     assert int(out["decoder_input_lengths"][0]) == len(out["decoder_input_ids"])
 
 
+@pytest.mark.live
 def test_missing_decoder_prompt_gets_the_decoder_start_token(client, encdec_dir):
     cfg = json.loads((encdec_dir / "config.json").read_text())
     out = enc_dec(client, encoder_prompt="only an encoder prompt")
     assert out["decoder_input_ids"].tolist() == [cfg["decoder_start_token_id"]]
 
 
+@pytest.mark.live
 def test_token_id_prompts_and_start_token_not_doubled(client):
     out = enc_dec(client, encoder_prompt_token_ids=[5, 6, 7], decoder_prompt_token_ids=[0, 9])
     assert out["encoder_input_ids"].tolist() == [5, 6, 7]
@@ -60,12 +63,14 @@ def test_token_id_prompts_and_start_token_not_doubled(client):
     ({"encoder_prompt": ""}, "The encoder prompt cannot be empty"),
     ({"encoder_prompt_token_ids": [99999]}, "Token id 99999 is out of vocabulary"),
 ])
+@pytest.mark.live
 def test_bad_encoder_decoder_requests(client, tensors, message):
     with pytest.raises(RequestError) as e:
         enc_dec(client, **tensors)
     assert e.value.is_client_error and message in e.value.message
 
 
+@pytest.mark.live
 def test_generates_end_to_end_like_transformers(client, encdec_dir, hf_tokenizer):
     import torch
     from transformers import AutoModelForSeq2SeqLM

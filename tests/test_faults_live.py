@@ -16,6 +16,9 @@ import pytest
 from client import RendererClient, RequestError
 from serving.watchdog import stubs_of
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 SHM_GLOB = "/dev/shm/triton_python_backend_shm_region_*"
 REGIONS: set[str] = set()  # this module's server's regions, checked after its clean stop
 

@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 N_REQUESTS = int(os.environ.get("FUZZ_REQUESTS", 5000))
 TIME_BUDGET_S = float(os.environ.get("FUZZ_SECONDS", 600))
 RENDER_MODELS = ["render_completion", "render_chat", "render_encoder_decoder"]

@@ -51,6 +51,7 @@ def test_model_dir_without_config_is_refused(tmp_path):
         launch.prepare(replace(launch.Settings(), model_dir=str(tmp_path), build_dir=str(tmp_path / "b")))
 
 
+@pytest.mark.live
 def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
     """SIGTERM lets the Python backend unlink its /dev/shm regions; a second server on other
     ports shows it without touching the session's server."""

@@ -15,6 +15,9 @@ import pytest
 from client import RendererClient, RequestError
 from tests.mm_images import IMAGES, data_url, encode, png, png_bomb_header, rgb
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 PORTS = {"qwen2_vl": 18800, "pixtral": 18900}
 # Parity images: every mode the HF processors convert, and extreme shapes.
 LIVE_IMAGES = ["rgb_640x480", "rgba_300x200", "gray_L_257x129", "palette_P_200x150", "one_pixel_1x1",

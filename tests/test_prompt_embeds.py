@@ -14,6 +14,9 @@ import torch
 
 from client import RendererClient, RequestError
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 PROMPT = "The capital of France is"
 
 

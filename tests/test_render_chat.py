@@ -16,6 +16,9 @@ from client import RendererClient, RequestError
 from renderer.chat import ChatParams, ChatRenderer, resolve_chat_template, resolve_template_kwargs
 from test_chat_unit import BAD_MESSAGES, BAD_PARAMS, HOSTILE
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 BUILD = Path(__file__).resolve().parent.parent / "build"
 PORTS = {"qwen3": 18300, "mistral": 18400}
 

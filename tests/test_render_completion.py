@@ -13,6 +13,9 @@ import pytest
 from client import RequestError
 from client.triton_client import completion_inputs
 
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
 STRINGS = [
     "Hello world", "", " ", "  two leading spaces", "trailing spaces   ", "\n\n\t mixed whitespace \r\n",
     "The quick brown fox jumps over the lazy dog.", "ALL CAPS SHOUTING", "MiXeD cAsE",

@@ -190,6 +190,7 @@ def test_unknown_backend_is_refused(pairs):
 # --- the live server ----------------------------------------------------------------------------
 
 
+@pytest.mark.live
 def test_live_tokenize_stage_encodes_with_fastokens(server, client, hf_tokenizer):
     """The served tokenize stage picked fastokens (so every live parity test exercises it), and
     its ids equal transformers' on text the load-time probes never saw."""
