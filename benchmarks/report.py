@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import head_to_head as h2h
-from benchmarks.run import HTTP_PORT, MAIN_INPUTS, PEER_PORT, ROOT
+from benchmarks.layout import HTTP_PORT, MAIN_INPUTS, PEER_PORT, ROOT
 
 MODELS = list(MAIN_INPUTS)
 

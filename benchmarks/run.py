@@ -52,17 +52,10 @@ from benchmarks import make_inputs
 from benchmarks import perf_analyzer as pa
 from benchmarks import peer as peer_mod
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))
-WORK = BUILD / "bench"
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 19300, 19301, 19302
-PEER_PORT = 19310
-PEER_FASTOKENS_PORT = 19320  # the second peer, up beside the first in the head-to-head
-FLOOR_PORT = 19330  # the floor server's HTTP port in the head-to-head (gRPC +1, metrics +2)
-
-MAIN_INPUTS = {"render_completion": "completion_mix", "render_chat": "chat_mix"}
-EXTRA_INPUTS = ["completion_short", "completion_long", "chat_multiturn", "chat_tools"]
-ALL_INPUTS = list(MAIN_INPUTS.values()) + EXTRA_INPUTS
+from benchmarks.layout import (
+    ALL_INPUTS, BUILD, EXTRA_INPUTS, FLOOR_PORT, GRPC_PORT, HTTP_PORT, MAIN_INPUTS, METRICS_PORT, PEER_FASTOKENS_PORT,
+    PEER_PORT, ROOT, WORK,
+)
 
 
 @dataclasses.dataclass

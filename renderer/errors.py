@@ -96,10 +96,6 @@ class TensorError(RenderError):
     """An input tensor has the wrong dtype, shape or batch size."""
 
 
-class DetokenizationError(RenderError):
-    """Token ids that cannot be turned back into text."""
-
-
 def _short(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

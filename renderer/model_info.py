@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Config keys that carry a context length, in the order vLLM consults them.
 _CONTEXT_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
     "max_sequence_length", "max_seq_length", "seq_len",
 )
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A model folder's optional JSON file as a dict: ``{}`` when it is absent or not an object."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,7 @@ class ModelInfo:
             raise ValueError(
                 f"max_model_len={max_model_len} is greater than the model's context length {derived}"
             )
-        gen_path = model_dir / "generation_config.json"
-        gen = json.loads(gen_path.read_text()) if gen_path.exists() else {}
+        gen = read_json_object(model_dir / "generation_config.json")
         eos = gen.get("eos_token_id", cfg.get("eos_token_id", text_cfg.get("eos_token_id")))
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         pad = gen.get("pad_token_id", cfg.get("pad_token_id"))

@@ -69,11 +69,6 @@ class Renderer:
         """Completions add the tokenizer's special tokens (vLLM default)."""
         return request_tokenize_params(self.info.max_model_len, None)
 
-    @property
-    def default_chat_params(self) -> TokenizeParams:
-        """Chat templates write their own BOS: adding special tokens again would double it."""
-        return request_tokenize_params(self.info.max_model_len, None, chat=True)
-
     def request_params(self, bag: Mapping[str, Any] | None, *, chat: bool = False,
                        max_output_tokens: int | None = None) -> TokenizeParams:
         """Defaults overlaid with a request's ``tokenize_params`` (and its ``max_tokens``)."""
@@ -114,11 +109,6 @@ class Renderer:
         if len(prompts) == 0:
             raise NoPromptError()
         return [self.render_prompt(p) for p in prompts]
-
-    async def render_prompts_async(self, prompts: Sequence[RawPrompt]) -> list[Prompt]:
-        if len(prompts) == 0:
-            raise NoPromptError()
-        return list(await asyncio.gather(*(asyncio.to_thread(self.render_prompt, p) for p in prompts)))
 
     # --- step 2 ----------------------------------------------------------------------------
 
@@ -223,19 +213,6 @@ class Renderer:
 
     # --- step 3 ----------------------------------------------------------------------------
 
-    def apply_prompt_extras(self, prompts: Sequence[TokenizedPrompt], extras: Mapping[str, Any] | None
-                            ) -> list[TokenizedPrompt]:
-        if not extras:
-            return list(prompts)
-        extras = dict(extras)
-        salt = extras.pop("cache_salt", None)
-        return [
-            replace(p, cache_salt=salt if salt is not None else p.cache_salt, extras={**p.extras, **extras})
-            for p in prompts
-        ]
-
-    # --- step 4 ----------------------------------------------------------------------------
-
     def process_for_engine(self, prompt: TokenizedPrompt, arrival_time: float | None = None,
                            *, prompt_type: str = "decoder") -> EngineInput:
         # vLLM's engine-side input check: an empty prompt has nothing to condition on.
@@ -249,10 +226,6 @@ class Renderer:
             prompt_embeds=prompt.prompt_embeds,
             arrival_time=time.time() if arrival_time is None else arrival_time,
         )
-
-    async def process_for_engine_async(self, prompt: TokenizedPrompt, arrival_time: float | None = None,
-                                       *, prompt_type: str = "decoder") -> EngineInput:
-        return self.process_for_engine(prompt, arrival_time, prompt_type=prompt_type)
 
     # --- the whole pipeline ----------------------------------------------------------------
 

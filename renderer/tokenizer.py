@@ -180,6 +180,6 @@ def _cut(enc: Encoded, opts: EncodeOptions) -> Encoded:
     n = opts.max_length
     if n is None or len(enc.ids) <= n:
         return enc
-    sl = slice(len(enc.ids) - n, None) if opts.side == "left" else slice(0, n)
-    return Encoded(enc.ids[sl], enc.offsets[sl] if enc.offsets is not None else None)
+    offsets = tokenizer_backend.truncate(enc.offsets, n, opts.side) if enc.offsets is not None else None
+    return Encoded(tokenizer_backend.truncate(enc.ids, n, opts.side), offsets)
 

@@ -86,9 +86,9 @@ class FastokensEngine:
             return out
         if specials_in_budget:
             keep = max_length - self._n_special
-            return [self._with_specials(_cut(x, keep, side)) for x in out]
+            return [self._with_specials(truncate(x, keep, side)) for x in out]
         # No specials, or a budget they alone exceed: cut the whole result (transformers' fallback).
-        return [_cut(x, max_length, side) for x in out]
+        return [truncate(x, max_length, side) for x in out]
 
     def _with_specials(self, ids: list[int]) -> list[int]:
         if self._prefix is not None:
@@ -98,10 +98,11 @@ class FastokensEngine:
         return list(self._fk.post_process(Encoding(ids), None, add_special_tokens=True).ids)
 
 
-def _cut(ids: list[int], n: int, side: str) -> list[int]:
-    if len(ids) <= n:
-        return ids
-    return ids[len(ids) - n:] if side == "left" else ids[:n]
+def truncate(seq: list[Any], n: int, side: str) -> list[Any]:
+    """The ``n`` items a tokenizer keeps when truncating on ``side`` ("left" keeps the end)."""
+    if len(seq) <= n:
+        return seq
+    return seq[len(seq) - n:] if side == "left" else seq[:n]
 
 
 # --- choosing the engine ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..errors import (
     InvalidParamsError,
     RenderError,
 )
-from .params import HF_CONFLICT_MESSAGE
+from .params import HF_CONFLICT_MESSAGE, UNEXPECTED_KWARGS
 from .sandbox import TemplateLimits, compile_template, parse_template, render_text
 
 # Parameters of transformers 5's ``apply_chat_template``: vLLM lets them through the kwargs filter
@@ -36,7 +36,6 @@ HF_APPLY_PARAMS = frozenset({
     "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
     "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
 })
-_REJECTED = frozenset({"chat_template", "tokenize"})
 
 # Names a message's reasoning is passed under; templates read the first.
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -54,7 +53,7 @@ def template_variables(chat_template: str) -> frozenset[str]:
 
 def resolve_template_kwargs(chat_template: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the kwargs the template uses or transformers accepts (vLLM's filter)."""
-    accept = (template_variables(chat_template) | HF_APPLY_PARAMS) - _REJECTED
+    accept = (template_variables(chat_template) | HF_APPLY_PARAMS) - UNEXPECTED_KWARGS
     return {k: v for k, v in kwargs.items() if k in accept}
 
 

@@ -63,11 +63,6 @@ class ChatRenderer:
         """Read the templates and special tokens from a Hugging Face model folder."""
         return cls(ChatTemplateSource.from_model_dir(model_dir), **kwargs)
 
-    @classmethod
-    def from_hf_tokenizer(cls, tokenizer: Any, **kwargs: Any) -> "ChatRenderer":
-        """Use an already loaded transformers tokenizer's template and special tokens."""
-        return cls(ChatTemplateSource.from_hf_tokenizer(tokenizer), **kwargs)
-
     def render_messages(self, messages: Any, params: ChatParams) -> RenderedChat:
         """Render OpenAI chat ``messages``; raises a ``RenderError`` naming what was wrong."""
         template = resolve_chat_template(self.source, params.chat_template, params.tools)

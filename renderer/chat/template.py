@@ -17,12 +17,12 @@ templates), then the processor's unless the request has tools, then the tokenize
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ChatTemplateResolutionError
+from ..model_info import read_json_object
 
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 """transformers' named special tokens: the ones ``special_tokens_map`` hands to templates."""
@@ -49,20 +49,11 @@ class ChatTemplateSource:
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> "ChatTemplateSource":
         d = Path(model_dir)
-        config = _read_json(d / "tokenizer_config.json")
+        config = read_json_object(d / "tokenizer_config.json")
         return cls(
             tokenizer_template=_tokenizer_template(d, config),
             processor_template=_processor_template(d),
-            special_tokens=_special_tokens(config, _read_json(d / "special_tokens_map.json")),
-        )
-
-    @classmethod
-    def from_hf_tokenizer(cls, tokenizer: Any, processor_template: str | None = None) -> "ChatTemplateSource":
-        """From a loaded transformers tokenizer (its ``chat_template`` and ``special_tokens_map``)."""
-        return cls(
-            tokenizer_template=tokenizer.chat_template,
-            processor_template=processor_template,
-            special_tokens=dict(tokenizer.special_tokens_map),
+            special_tokens=_special_tokens(config, read_json_object(d / "special_tokens_map.json")),
         )
 
 
@@ -86,13 +77,6 @@ def resolve_chat_template(source: ChatTemplateSource, request_template: str | No
     raise ChatTemplateResolutionError(NO_TEMPLATE_MESSAGE)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else {}
-
-
 def _tokenizer_template(d: Path, config: Mapping[str, Any]) -> str | dict[str, str] | None:
     # Template files take priority over the config entry (transformers 5).
     templates: dict[str, str] = {}
@@ -113,9 +97,9 @@ def _tokenizer_template(d: Path, config: Mapping[str, Any]) -> str | dict[str, s
 def _processor_template(d: Path) -> str | None:
     if not ((d / "processor_config.json").is_file() or (d / "preprocessor_config.json").is_file()):
         return None
-    entry = _read_json(d / "processor_config.json").get("chat_template")
+    entry = read_json_object(d / "processor_config.json").get("chat_template")
     if entry is None:
-        entry = _read_json(d / "chat_template.json").get("chat_template")
+        entry = read_json_object(d / "chat_template.json").get("chat_template")
     if entry is None and (d / "chat_template.jinja").is_file():
         entry = (d / "chat_template.jinja").read_text(encoding="utf-8")
     if isinstance(entry, Mapping):

@@ -22,7 +22,6 @@ is bit-identical (see ``kernels``).
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ImageAspectRatioError, MultiModalProcessorKwargsError, UnsupportedMultiModalError
+from ..model_info import read_json_object
 from . import kernels
 from .media import LoadedImage
 
@@ -80,13 +80,6 @@ def _resize(img: LoadedImage, height: int, width: int, resample: int) -> np.ndar
     return np.ascontiguousarray(np.asarray(out, dtype=np.uint8))
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-
-
 def token_id(model_dir: Path, token: str) -> int | None:
     """Id of a special token from the folder's ``tokenizer.json`` (added tokens, then vocab)."""
     path = model_dir / "tokenizer.json"
@@ -100,7 +93,7 @@ def token_id(model_dir: Path, token: str) -> int | None:
 @functools.lru_cache(maxsize=8)
 def _token_ids(path: str, mtime_ns: int, size: int) -> dict[str, int]:
     # Parsing a 10-20 MB tokenizer.json takes a second: once per file version is enough.
-    data = _read_json(Path(path))
+    data = read_json_object(Path(path))
     ids: dict[str, int] = {}
     vocab = data.get("model", {}).get("vocab")
     if isinstance(vocab, dict):
