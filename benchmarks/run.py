@@ -105,7 +105,7 @@ class Plan:
                    8, [1, 8, 16], 8, 16, 3.0, [1, 8], 4.0, 5, [1, 8, 16], peer, reason, out, doc)
 
 
-def server_settings(**overrides: Any):
+def server_settings(**overrides: Any) -> Any:
     from serving import launch
 
     base = launch.Settings.from_env()

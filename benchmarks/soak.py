@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from benchmarks import make_inputs, perf_analyzer
 
@@ -42,7 +43,7 @@ def tree_rss_mb(root_pid: int) -> float:
     total = 0
     for p in pids:
         try:
-            total += int(next(l for l in Path(f"/proc/{p}/status").read_text().splitlines() if l.startswith("VmRSS")).split()[1])
+            total += int(next(ln for ln in Path(f"/proc/{p}/status").read_text().splitlines() if ln.startswith("VmRSS")).split()[1])
         except (OSError, StopIteration):
             pass
     return total / 1024
@@ -59,7 +60,7 @@ INVALID = [
 ]
 
 
-def mixer(s, stop: threading.Event, stats: dict, hf) -> None:
+def mixer(s: Any, stop: threading.Event, stats: dict, hf: Any) -> None:
     import numpy as np
 
     from client import RendererClient, RequestError
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         mix = threading.Thread(target=mixer, args=(s, stop, stats, hf))
         mix.start()
 
-        def sample():
+        def sample() -> None:
             while not stop.is_set():
                 mem.append((round(time.monotonic() - t0, 1), round(tree_rss_mb(pid), 1)))
                 stop.wait(5)
@@ -142,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             out, _ = p.communicate(timeout=a.seconds * 3 + 120)
             lines = out.splitlines()
             pa_runs[model] = {"returncode": p.returncode,
-                              "summary": next((l.strip() for l in reversed(lines) if "throughput:" in l), None),
-                              "requests": next((l.split(":")[1].strip() for l in reversed(lines)
-                                                if "Successful request count" in l), None),
-                              "errors_reported": [l for l in lines if "rror" in l or "ailed" in l][:5]}
+                              "summary": next((ln.strip() for ln in reversed(lines) if "throughput:" in ln), None),
+                              "requests": next((ln.split(":")[1].strip() for ln in reversed(lines)
+                                                if "Successful request count" in ln), None),
+                              "errors_reported": [ln for ln in lines if "rror" in ln or "ailed" in ln][:5]}
     finally:
         stop.set()
         mix.join()

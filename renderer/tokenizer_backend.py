@@ -24,7 +24,7 @@ log = logging.getLogger("renderer.tokenizer")
 BACKENDS = ("auto", "huggingface", "fastokens")
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailableError(RuntimeError):
     """``fastokens`` was asked for explicitly and cannot serve this tokenizer exactly."""
 
 
@@ -192,6 +192,6 @@ def choose(setting: str, hf_tokenizer: Any) -> tuple[BackendChoice, FastokensEng
     if problem is None:
         return BackendChoice("fastokens", f"set to {setting}; equal to Hugging Face on every load-time probe"), engine
     if setting == "fastokens":
-        raise BackendUnavailable(f"tokenizer backend fastokens: {problem}")
+        raise BackendUnavailableError(f"tokenizer backend fastokens: {problem}")
     log.warning("tokenizer backend: using Hugging Face tokenizers: %s", problem)
     return BackendChoice("huggingface", problem), None

@@ -11,6 +11,8 @@ honour is refused by name, never ignored; one set to its no-op value is accepted
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
 from .engine_request import Getter, read_scalar
 from .errors import InvalidParamsError, TensorError
 from .sampling import SamplingParams
@@ -105,7 +107,7 @@ def parse_front_request(get: Getter) -> FrontRequest:
     )
 
 
-def _default(v, default):
+def _default(v: Any, default: Any) -> Any:
     return default if v is None else v
 
 

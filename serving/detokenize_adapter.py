@@ -62,7 +62,7 @@ class TritonPythonModel:
         self._running: dict[str, threading.Event] = {}  # request id -> set to cancel it
         self._lock = threading.Lock()
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> None:
         for request in requests:
             if io.get_scalar(request, "stop", bool):
                 with self._lock:

@@ -41,7 +41,7 @@ class TritonPythonModel:
         self._worker = threading.Thread(target=self._work, name=f"{self.name}-worker", daemon=True)
         self._worker.start()
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
             try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from serving.trtllm_request import EngineRequest
 
@@ -123,19 +123,19 @@ class Generator:
         class Streamer(BaseStreamer):
             prompt_seen = False
 
-            def put(self, value):  # first call: the prompt; then one id per step
+            def put(self, value: Any) -> None:  # first call: the prompt; then one id per step
                 if not self.prompt_seen:
                     self.prompt_seen = True
                     return
                 ids_q.put(value.reshape(-1).tolist())
 
-            def end(self):
+            def end(self) -> None:
                 ids_q.put(None)
 
         class Rules(LogitsProcessor):
             """Our logits rules and pick: the chosen id gets every other id masked."""
 
-            def __call__(self, input_ids, scores):
+            def __call__(self, input_ids: Any, scores: Any) -> Any:
                 logits = process_logits(scores[0].float(), req, history, generated)
                 token = pick(logits, req, gen)
                 generated.append(token)
@@ -144,7 +144,7 @@ class Generator:
                 return out
 
         class Stop(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 done = stops(req, generated) or (cancelled is not None and cancelled.is_set())
                 return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
 
@@ -161,7 +161,7 @@ class Generator:
                       temperature=None, top_p=None, top_k=None, **extra)
         errors: list[BaseException] = []
 
-        def run():
+        def run() -> None:
             try:
                 with torch.inference_mode():
                     self.model.generate(**kwargs)
@@ -190,7 +190,7 @@ def stops(req: EngineRequest, generated: list[int]) -> bool:
     return any(len(w) <= len(generated) and tuple(generated[-len(w):]) == w for w in req.stop_words)
 
 
-def process_logits(logits, req: EngineRequest, history: list[int], generated: list[int]):
+def process_logits(logits: Any, req: EngineRequest, history: list[int], generated: list[int]) -> Any:
     """Penalties, bad words and ``min_tokens`` on one step's logits (vLLM's semantics for the
     penalties: repetition over prompt and output ids, presence and frequency over output ids)."""
     import torch
@@ -211,7 +211,7 @@ def process_logits(logits, req: EngineRequest, history: list[int], generated: li
     return logits
 
 
-def pick(logits, req: EngineRequest, gen) -> int:
+def pick(logits: Any, req: EngineRequest, gen: Any) -> int:
     import torch
 
     if req.greedy:

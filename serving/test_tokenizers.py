@@ -30,6 +30,7 @@ import tarfile
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
 MISTRAL_COMMON_VERSION = "1.13.1"
 TEKKEN_FILE = "tekken_240911.json"
@@ -65,7 +66,7 @@ def _qwen3_source() -> dict[str, str]:
     }
 
 
-def _cached(folder: Path, source: dict[str, str], make) -> Path:
+def _cached(folder: Path, source: dict[str, str], make: Callable[[Path], None]) -> Path:
     marker = folder / "SOURCE.json"
     if marker.is_file():
         try:

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-class ServerStartRefused(RuntimeError):
+class ServerStartRefusedError(RuntimeError):
     """A test not marked `live` tried to start a server (`make unit` must start none)."""
 
 
@@ -50,7 +50,7 @@ def pytest_runtest_protocol(item, nextitem):
 
     def guarded_init(self, args, *a, **kw):
         if _is_server_command(args):
-            raise ServerStartRefused(f"{item.nodeid} is not marked live but started {args!r}")
+            raise ServerStartRefusedError(f"{item.nodeid} is not marked live but started {args!r}")
         real_popen_init(self, args, *a, **kw)
 
     subprocess.Popen.__init__ = guarded_init

@@ -11,24 +11,24 @@ from renderer.errors import (
 from renderer.params import TokenizeParams
 
 
-def P(**kw) -> TokenizeParams:
+def params(**kw) -> TokenizeParams:
     kw.setdefault("max_total_tokens", 100)
     return TokenizeParams(**kw)
 
 
 def test_max_input_tokens_reserves_output():
-    assert P(max_output_tokens=30).max_input_tokens == 70
+    assert params(max_output_tokens=30).max_input_tokens == 70
     assert TokenizeParams(max_total_tokens=None).max_input_tokens is None
 
 
 def test_output_tokens_over_total_is_refused():
     with pytest.raises(OutputTokensError, match=r"max_output_tokens=101 cannot be greater than max_total_tokens=100"):
-        P(max_output_tokens=101)
+        params(max_output_tokens=101)
 
 
 def test_truncation_over_max_input_uses_vllm_wording():
     with pytest.raises(TruncationSizeError) as e:
-        P(max_output_tokens=10, truncate_prompt_tokens=91)
+        params(max_output_tokens=10, truncate_prompt_tokens=91)
     assert str(e.value) == (
         "truncate_prompt_tokens=91 cannot be greater than max_total_tokens - max_output_tokens = 90. "
         "Please request a smaller truncation size."
@@ -37,12 +37,12 @@ def test_truncation_over_max_input_uses_vllm_wording():
 
 def test_bad_truncation_side():
     with pytest.raises(TruncationSideError, match=r"^`truncation_side` must be either 'left' or 'right'\.$"):
-        P(truncation_side="middle")
+        params(truncation_side="middle")
 
 
 @pytest.mark.parametrize("trunc, expected", [(None, 91), (-1, 90), (5, 5), (0, 0)])
 def test_encode_bound(trunc, expected):
-    assert P(max_output_tokens=10, truncate_prompt_tokens=trunc).encode_max_length() == expected
+    assert params(max_output_tokens=10, truncate_prompt_tokens=trunc).encode_max_length() == expected
 
 
 def test_no_context_no_bound():
@@ -50,7 +50,7 @@ def test_no_context_no_bound():
 
 
 def test_text_over_char_budget_fails_before_tokenizing():
-    p = P(max_total_tokens=10, max_output_tokens=2)
+    p = params(max_total_tokens=10, max_output_tokens=2)
     p.prepare_text("x" * 32, max_chars_per_token=4, tokenizer_side="right")  # exactly at the bound
     with pytest.raises(PromptTooLongError, match=r"You passed 33 input characters and requested 2 output tokens.*at most 32 characters"):
         p.prepare_text("x" * 33, max_chars_per_token=4, tokenizer_side="right")
@@ -58,42 +58,42 @@ def test_text_over_char_budget_fails_before_tokenizing():
 
 @pytest.mark.parametrize("side, expected_text, expected_shift", [("left", "6789", 6), ("right", "0123", 0)])
 def test_pretrim_keeps_the_truncation_side(side, expected_text, expected_shift):
-    p = P(truncate_prompt_tokens=2, truncation_side=side)
+    p = params(truncate_prompt_tokens=2, truncation_side=side)
     text, shift = p.prepare_text("0123456789", max_chars_per_token=2, tokenizer_side="right")
     assert (text, shift) == (expected_text, expected_shift)
 
 
 def test_pretrim_side_defaults_to_tokenizer():
-    text, shift = P(truncate_prompt_tokens=1).prepare_text("abcdef", max_chars_per_token=2, tokenizer_side="left")
+    text, shift = params(truncate_prompt_tokens=1).prepare_text("abcdef", max_chars_per_token=2, tokenizer_side="left")
     assert (text, shift) == ("ef", 4)
 
 
 def test_lower_case_applies_after_checks():
-    assert P(do_lower_case=True).prepare_text("HeLLo", 4, "right") == ("hello", 0)
-    assert P().prepare_text("HeLLo", 4, "right") == ("HeLLo", 0)
+    assert params(do_lower_case=True).prepare_text("HeLLo", 4, "right") == ("hello", 0)
+    assert params().prepare_text("HeLLo", 4, "right") == ("HeLLo", 0)
 
 
 def test_pad_to_length_and_to_max_input():
-    assert P(pad_prompt_tokens=5).pad([1, 2], pad_id=0) == [1, 2, 0, 0, 0]
-    assert P(max_total_tokens=6, max_output_tokens=2, pad_prompt_tokens=-1).pad([7], pad_id=9) == [7, 9, 9, 9]
-    assert P(pad_prompt_tokens=1).pad([1, 2], pad_id=0) == [1, 2]
+    assert params(pad_prompt_tokens=5).pad([1, 2], pad_id=0) == [1, 2, 0, 0, 0]
+    assert params(max_total_tokens=6, max_output_tokens=2, pad_prompt_tokens=-1).pad([7], pad_id=9) == [7, 9, 9, 9]
+    assert params(pad_prompt_tokens=1).pad([1, 2], pad_id=0) == [1, 2]
     with pytest.raises(InvalidParamsError, match="pad token"):
-        P(pad_prompt_tokens=4).pad([1], pad_id=None)
+        params(pad_prompt_tokens=4).pad([1], pad_id=None)
 
 
 @pytest.mark.parametrize("n, side, expected", [
     (2, "left", [3, 4]), (2, "right", [1, 2]), (0, "left", []), (9, "left", [1, 2, 3, 4]), (None, "left", [1, 2, 3, 4]),
 ])
 def test_truncate(n, side, expected):
-    assert P(truncate_prompt_tokens=n, truncation_side=side).truncate([1, 2, 3, 4], "right") == expected
+    assert params(truncate_prompt_tokens=n, truncation_side=side).truncate([1, 2, 3, 4], "right") == expected
 
 
 def test_truncate_minus_one_keeps_max_input():
-    assert P(max_total_tokens=5, max_output_tokens=2, truncate_prompt_tokens=-1).truncate(list(range(10)), "left") == [7, 8, 9]
+    assert params(max_total_tokens=5, max_output_tokens=2, truncate_prompt_tokens=-1).truncate(list(range(10)), "left") == [7, 8, 9]
 
 
 def test_length_check_wording():
-    p = P(max_total_tokens=100, max_output_tokens=10)
+    p = params(max_total_tokens=100, max_output_tokens=10)
     p.check_length(90)
     with pytest.raises(PromptTooLongError) as e:
         p.check_length(91)

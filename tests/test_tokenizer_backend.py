@@ -161,7 +161,7 @@ def test_gate_refuses_an_engine_that_disagrees(pairs, monkeypatch, caplog):
     assert tok.backend.name == "huggingface"
     assert "fastokens" in tok.backend.reason and "probe" in tok.backend.reason
     assert "using Hugging Face tokenizers" in caplog.text
-    with pytest.raises(tokenizer_backend.BackendUnavailable, match="tokenizer backend fastokens: probe"):
+    with pytest.raises(tokenizer_backend.BackendUnavailableError, match="tokenizer backend fastokens: probe"):
         Tokenizer(hf.hf, "fastokens")
 
 

@@ -10,7 +10,7 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         pass
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         out = []
         for request in requests:
             prompt = pb_utils.get_input_tensor_by_name(request, "prompt")

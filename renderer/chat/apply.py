@@ -118,7 +118,7 @@ def _render(template: jinja2.Template, context: dict[str, Any], limits: Template
         raise ChatTemplateLimitError("Chat template recursion is too deep.") from None
     except MemoryError:
         raise ChatTemplateLimitError("Chat template ran out of memory.") from None
-    except Exception as e:  # the template's own Python-level errors (TypeError, KeyError, ...)
+    except Exception as e:  # noqa: BLE001 (the template's own Python errors: TypeError, KeyError, ...)
         raise ChatTemplateRenderError(f"{type(e).__name__}: {e}") from None
 
 

@@ -103,7 +103,7 @@ class Ensembles:
         inputs = self._inputs(tensors)
         rid = f"front-{uuid.uuid4().hex}"
 
-        async def requests():
+        async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": model, "inputs": inputs, "request_id": rid}
 
         stream = self._client.stream_infer(requests(), headers=STREAM_HEADERS)
@@ -144,7 +144,7 @@ class Ensembles:
                    "input_lengths": np.ones((1, 1), np.int32), "request_output_len": np.ones((1, 1), np.int32)}
         inputs = self._inputs(tensors)
 
-        async def requests():
+        async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": POST_PROCESSOR, "inputs": inputs, "request_id": rid}
 
         try:

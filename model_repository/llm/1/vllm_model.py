@@ -10,7 +10,7 @@ import sys
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict) -> None:
         root = json.loads(args["model_config"])["parameters"]["project_root"]["string_value"]
         if root not in sys.path:
             sys.path.insert(0, root)
@@ -19,8 +19,8 @@ class TritonPythonModel:
         self._engine = VllmEngineModel()
         self._engine.initialize(args)
 
-    async def execute(self, requests):
+    async def execute(self, requests: list) -> list:
         return await self._engine.execute(requests)
 
-    def finalize(self):
+    def finalize(self) -> None:
         self._engine.finalize()
