@@ -10,7 +10,10 @@ action="${1:-serve}"
 if [[ "${action}" == serve && "${CLEAN_STALE_SHM:-0}" == 1 ]]; then
   # A container killed hard (OOM, SIGKILL) leaves its Python-backend regions in the pod's /dev/shm
   # emptyDir, which outlives a container restart and counts against the pod's memory. Only the
-  # image sets CLEAN_STALE_SHM: on a shared host these files may belong to other servers.
+  # image sets CLEAN_STALE_SHM: on a shared host these files may belong to other servers. (The
+  # launcher's supervisor also unlinks its own build folder's regions before each server start.)
   rm -f /dev/shm/triton_python_backend_shm_region_*
 fi
+# exec: the launcher takes this process (PID 1 in the container) and, under `serve`, supervises
+# tritonserver: it restarts a server that dies and stops everything on SIGTERM.
 exec "${PYTHON:-python3}" -m serving.launch "${action}"

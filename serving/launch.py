@@ -1,9 +1,13 @@
 """Fill the model repository templates and run a real ``tritonserver`` on them.
 
-``python -m serving.launch serve``  foreground (what ``make serve`` runs)
+``python -m serving.launch serve``  foreground (what ``make serve`` and the container run)
 ``python -m serving.launch start``  background, waits until ready (tests and benchmarks)
-``python -m serving.launch stop``   SIGTERM, so the Python backend frees its /dev/shm regions
+``python -m serving.launch stop``   stops the server, its stubs, watchdog and front; frees /dev/shm
+``python -m serving.launch status`` readiness, and the supervisor's restart count
 ``python -m serving.launch render`` only write the generated repository
+
+``serve`` and ``start`` run tritonserver under a supervisor (``serving/supervisor.py``) that
+starts it again when it dies.
 
 Every deployment choice is an environment variable (see ``Settings``); the same launcher is the
 container entrypoint, so a Kubernetes ConfigMap sets the same names.
@@ -12,6 +16,8 @@ container entrypoint, so a Kubernetes ConfigMap sets the same names.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -21,13 +27,12 @@ import subprocess
 import sys
 import sysconfig
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from serving.watchdog import TOKEN_HEADER, alive, server_ready
+
 ROOT = Path(__file__).resolve().parent.parent
-WATCHDOG_HEADER = "watchdog-token"
 BUILTIN_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2-vl": "tiny-qwen2_vl", "pixtral": "tiny-pixtral"}
 TEMPLATES = ROOT / "model_repository"
 
@@ -100,7 +105,9 @@ class Settings:
     enable_prompt_embeds: bool = False
     """vLLM's ``--enable-prompt-embeds``."""
     max_model_len: int = 0
-    """Context length; 0 takes the model config's."""
+    """Context length; 0 takes the model config's. It bounds ``tokenize`` (and ``mm_process``,
+    through the limit ``tokenize`` hands on) and ``tokenize_enc_dec``, capped there at the
+    encoder-decoder model's own context."""
     tokenizer_backend: str = "auto"
     """Engine that encodes text: "auto" (``fastokens`` where it equals Hugging Face on the
     load-time probes, else Hugging Face), "huggingface", or "fastokens" (fails to load where it
@@ -132,9 +139,23 @@ class Settings:
                 values[f.name] = raw
         return cls(**values)
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Settings":
+        data = json.loads(text)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
     @property
     def build(self) -> Path:
         return Path(self.build_dir)
+
+    @property
+    def tokenizers_dir(self) -> Path:
+        """The offline tokenizer folders the tiny vision-language models are built on: inside
+        ``models_dir``, so a ``MODELS_DIR`` anywhere holds everything built for it."""
+        return Path(self.models_dir) / "tokenizers"
 
     @property
     def resolved_model_dir(self) -> Path:
@@ -170,6 +191,35 @@ class Settings:
     def front_pid_file(self) -> Path:
         return self.build / "openai_front.pid"
 
+    @property
+    def supervisor_pid_file(self) -> Path:
+        return self.build / "supervisor.pid"
+
+    @property
+    def supervisor_state_file(self) -> Path:
+        """Restart counter and current pids (``serving.supervisor.SupervisorState``)."""
+        return self.build / "supervisor.json"
+
+    @property
+    def supervisor_log_file(self) -> Path:
+        return self.build / "supervisor.log"
+
+    @property
+    def settings_file(self) -> Path:
+        """These settings, for the background supervisor ``start`` runs."""
+        return self.build / "settings.json"
+
+    @property
+    def shm_prefix(self) -> str:
+        """Name prefix of the Python backend's /dev/shm regions of this build folder's server.
+
+        One per folder (so per server): what a dead server leaves is found by name alone. It
+        keeps the backend's default prefix in front, so ``triton_python_backend_shm_region_*``
+        still matches every region.
+        """
+        tag = hashlib.sha256(str(self.build.resolve()).encode()).hexdigest()[:12]
+        return f"triton_python_backend_shm_region_{tag}_"
+
 
 def gpu_visible() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
@@ -186,7 +236,7 @@ def model_family(s: Settings) -> str | None:
     return detect_family(s.resolved_model_dir)
 
 
-def template_vars(s: Settings) -> dict[str, str]:
+def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
     kind = s.mm_instance_kind
     if kind == "auto":
         kind = "KIND_GPU" if gpu_visible() else "KIND_CPU"
@@ -213,6 +263,25 @@ def template_vars(s: Settings) -> dict[str, str]:
         "mm_cache_bytes": str(s.mm_cache_bytes),
         "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
         "media_hosts": s.media_hosts,
+        **family_vars(family),
+    }
+
+
+def family_vars(family: str | None) -> dict[str, str]:
+    """What makes one ``config.multimodal.pbtxt`` fit each image family: the family's image
+    tensors (``renderer/multimodal/tensors.py``) as config entries and as ensemble step maps.
+    Empty for a text-only model (None)."""
+    from renderer.multimodal.tensors import engine_image_inputs, image_tensors
+
+    specs = image_tensors(family) if family else ()
+    engine = engine_image_inputs(family) if family else ()
+    return {
+        "family": family or "",
+        "image_outputs": ",\n".join(
+            f'  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] }}' for t in specs),
+        "image_step_outputs": "\n".join(f'      output_map {{ key: "{t.name}" value: "{t.name}" }}' for t in specs),
+        "engine_image_step_outputs": "\n".join(f'      output_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
+        "engine_image_step_inputs": "\n".join(f'      input_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
     }
 
 
@@ -224,9 +293,9 @@ def engine_model_name(s: Settings) -> str:
 def pick_config(model: Path, family: str | None) -> Path | None:
     """A model folder's config for the served model's family.
 
-    ``config.<family>.pbtxt``, then ``config.multimodal.pbtxt`` (any image family), then
-    ``config.pbtxt`` (the text-only form); a folder with only family variants (``mm_process``)
-    exists only for those families.
+    ``config.<family>.pbtxt``, then ``config.multimodal.pbtxt`` (any image family, filled with
+    ``family_vars``), then ``config.pbtxt`` (the text-only form); a folder without
+    ``config.pbtxt`` (``mm_process``) exists only for image families.
     """
     names = [f"config.{family}.pbtxt", "config.multimodal.pbtxt"] if family else []
     for name in names + ["config.pbtxt"]:
@@ -237,7 +306,7 @@ def pick_config(model: Path, family: str | None) -> Path | None:
 
 def render_repository(s: Settings, family: str | None = None) -> Path:
     """Copy ``model_repository/`` into the build folder with every ``${var}`` filled."""
-    values = template_vars(s)
+    values = template_vars(s, family)
     out = s.repository
     if out.exists():
         shutil.rmtree(out)
@@ -322,10 +391,20 @@ def server_env(s: Settings | None = None) -> dict[str, str]:
     return env
 
 
-def server_command(s: Settings, watchdog_token: str) -> list[str]:
+def exit_timeout_s(s: Settings) -> int:
+    """tritonserver's ``--exit-timeout-secs``: vLLM's engine needs longer to shut its processes
+    down (about 13 s here)."""
+    return 40 if s.llm_engine == "vllm" else 10
+
+
+def tritonserver_binary() -> Path:
+    return triton_home() / "bin" / "tritonserver"
+
+
+def server_command(s: Settings, watchdog_token: str, binary: str | Path | None = None) -> list[str]:
     home = triton_home()
     cmd = [
-        str(home / "bin" / "tritonserver"),
+        str(binary or tritonserver_binary()),
         f"--model-repository={s.repository}",
         f"--backend-directory={home / 'backends'}",
         f"--http-address={s.host}",
@@ -334,17 +413,17 @@ def server_command(s: Settings, watchdog_token: str) -> list[str]:
         f"--grpc-port={s.grpc_port}",
         f"--metrics-address={s.host}",
         f"--metrics-port={s.metrics_port}",
-        # vLLM's engine needs longer to shut its processes down (about 13 s here).
-        f"--exit-timeout-secs={40 if s.llm_engine == 'vllm' else 10}",
+        f"--exit-timeout-secs={exit_timeout_s(s)}",
         f"--log-verbose={s.log_verbose}",
         "--backend-config=python,shm-default-byte-size=4194304",
+        f"--backend-config=python,shm-region-prefix-name={s.shm_prefix}",
     ]
     # Explicit mode, so the watchdog can reload a model whose stub died; only the watchdog
     # holds the token the repository API asks for. Loading an ensemble loads its steps.
     cmd.append("--model-control-mode=explicit")
     cmd += [f"--load-model={m}" for m in models_to_load(s)]
-    cmd += [f"--http-restricted-api=model-repository:{WATCHDOG_HEADER}={watchdog_token}",
-            f"--grpc-restricted-protocol=model-repository:{WATCHDOG_HEADER}={watchdog_token}"]
+    cmd += [f"--http-restricted-api=model-repository:{TOKEN_HEADER}={watchdog_token}",
+            f"--grpc-restricted-protocol=model-repository:{TOKEN_HEADER}={watchdog_token}"]
     if not gpu_visible():
         cmd += [
             "--pinned-memory-pool-byte-size=0",
@@ -359,10 +438,7 @@ def prepare(s: Settings) -> None:
 
     default_tokenizer = Path(s.models_dir) / "smollm2-135m-instruct"
     if not s.model_dir and s.model != "smollm2":
-        from serving import test_tokenizers, vlm_model
-
-        test_tokenizers.build(Path(s.models_dir).parent / "tokenizers")
-        vlm_model.build(s.resolved_model_dir, family=s.model.replace("-", "_"))
+        build_vlm(s)
     elif not s.model_dir:
         default_model.build(s.resolved_model_dir)
     elif not (s.resolved_model_dir / "config.json").exists():
@@ -383,54 +459,91 @@ def prepare(s: Settings) -> None:
     render_repository(s, model_family(s))
 
 
+def build_vlm(s: Settings) -> Path:
+    """The built-in vision-language model ``s.model`` names, on the tokenizer folders built in
+    ``s.tokenizers_dir`` (only when the model itself is still to be built)."""
+    from serving import vlm_model
+
+    family = s.model.replace("-", "_")
+    if vlm_model.is_built(s.resolved_model_dir):
+        return s.resolved_model_dir
+    from serving import test_tokenizers
+
+    tokenizers = test_tokenizers.build(s.tokenizers_dir)
+    return vlm_model.build(s.resolved_model_dir, tokenizers[vlm_model.TOKENIZER_OF_FAMILY[family]], family=family)
+
+
 def is_ready(s: Settings) -> bool:
+    return server_ready(s.http_url)
+
+
+def _pid_from(pid_file: Path, marks: list[bytes]) -> int | None:
+    """The live process a pid file names, if its command line carries every mark: a stale pid
+    file may name a pid the system has since given to another process."""
     try:
-        with urllib.request.urlopen(s.http_url + "/v2/health/ready", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, ConnectionError, OSError):
-        return False
-
-
-def running_pid(s: Settings) -> int | None:
-    """The pid of the server this build folder started, if it still runs.
-
-    A stale pid file may name a pid the system has since given to another process (another
-    server, even): only a tritonserver serving this very repository counts.
-    """
-    try:
-        pid = int(s.pid_file.read_text().strip())
+        pid = int(pid_file.read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
-    if f"--model-repository={s.repository}".encode() not in cmdline:
+    if not alive(pid) or not all(m in cmdline for m in marks):
         return None
     return pid
 
 
+def running_pid(s: Settings) -> int | None:
+    """The pid of the server this build folder started, if it still runs (only a tritonserver
+    serving this very repository counts)."""
+    return _pid_from(s.pid_file, [f"--model-repository={s.repository}".encode()])
+
+
+def supervisor_pid(s: Settings) -> int | None:
+    """The supervisor of this build folder, if it runs (the background one ``start`` started,
+    or a ``serve`` launcher)."""
+    pid = _pid_from(s.supervisor_pid_file, [])
+    if pid is None:
+        return None
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    background = b"serving.supervisor" in cmdline and f"--settings={s.settings_file}".encode() in cmdline
+    return pid if background or b"serving.launch" in cmdline else None
+
+
+def supervisor_state(s: Settings):  # noqa: ANN201 - serving.supervisor.SupervisorState | None
+    """The restart counter and current pids that the supervisor keeps in the build folder."""
+    from serving.supervisor import SupervisorState
+
+    return SupervisorState.read(s.supervisor_state_file)
+
+
 def start(s: Settings) -> int:
+    if supervisor_pid(s) is not None:
+        print(f"tritonserver already supervised (supervisor pid {supervisor_pid(s)}); waiting for it")
+        return _wait_ready(s, None)
     if running_pid(s) is not None and is_ready(s):
         print(f"tritonserver already running (pid {running_pid(s)}) at {s.http_url}")
         return 0
     prepare(s)
     s.build.mkdir(parents=True, exist_ok=True)
-    log = open(s.log_file, "ab")
-    token = secrets.token_hex(16)
-    proc = subprocess.Popen(
-        server_command(s, token), env=server_env(s), stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    s.pid_file.write_text(str(proc.pid))
-    start_watchdog(s, proc.pid, token)
-    start_front(s, proc.pid)
+    s.settings_file.write_text(s.to_json())
+    cmd = [sys.executable, "-m", "serving.supervisor", f"--tritonserver={tritonserver_binary()}",
+           f"--settings={s.settings_file}"]
+    with open(s.supervisor_log_file, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT))
+    # Written here too, not only by the supervisor: a `stop` right after this must find it.
+    s.supervisor_pid_file.write_text(str(proc.pid))
+    return _wait_ready(s, proc)
+
+
+def _wait_ready(s: Settings, proc: subprocess.Popen | None) -> int:
     deadline = time.monotonic() + s.startup_timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            print(f"tritonserver exited with {proc.returncode}; last log lines:", file=sys.stderr)
-            print("\n".join(s.log_file.read_text(errors="replace").splitlines()[-40:]), file=sys.stderr)
-            s.pid_file.unlink(missing_ok=True)
+        if (proc.poll() is not None) if proc else supervisor_pid(s) is None:
+            print("tritonserver did not start; last lines of its log and the supervisor's:", file=sys.stderr)
+            for path in (s.log_file, s.supervisor_log_file):
+                lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+                print("\n".join(lines[-30:]), file=sys.stderr)
             return 1
         if is_ready(s):
-            print(f"tritonserver ready (pid {proc.pid}) at {s.http_url}, grpc {s.host}:{s.grpc_port}")
+            print(f"tritonserver ready (pid {running_pid(s)}) at {s.http_url}, grpc {s.host}:{s.grpc_port}")
             return 0
         time.sleep(0.5)
     print(f"tritonserver not ready after {s.startup_timeout_s}s; see {s.log_file}", file=sys.stderr)
@@ -439,34 +552,48 @@ def start(s: Settings) -> int:
 
 
 def stop(s: Settings, timeout_s: float = 60.0) -> int:
+    """Stop whatever this build folder runs, at any moment (models still loading included):
+    no server, stub, watchdog or front process and no /dev/shm region of the server remains."""
+    from serving.supervisor import clean_regions, kill_group
+
+    sup = supervisor_pid(s)
+    if sup is not None:
+        os.kill(sup, signal.SIGTERM)  # it stops the server (SIGTERM first when ready) and the rest
+        if not _wait_gone(sup, timeout_s):
+            os.kill(sup, signal.SIGKILL)
+        _reap(sup)
+    # What a supervisor killed hard (or a server started without one) leaves is ended here.
     stop_front(s)
     pid = running_pid(s)
-    if pid is None:
-        s.pid_file.unlink(missing_ok=True)
-        return 0
-    _terminate(pid, timeout_s)  # SIGTERM: the backend unlinks its shared-memory regions
-    # The server's process group (start_new_session) also holds what its stubs started, such as
-    # vLLM's engine-core processes, which outlive a server that exits first: none may remain.
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    s.pid_file.unlink(missing_ok=True)
+    if pid is not None:
+        if sup is None:
+            _terminate(pid, exit_timeout_s(s) + 5)  # SIGTERM: the backend unlinks its regions
+        # The process group also holds what the stubs started (vLLM's engine-core processes).
+        kill_group(pid)
+        _reap(pid)
+    clean_regions(s.shm_prefix)
+    for f in (s.pid_file, s.supervisor_pid_file):
+        f.unlink(missing_ok=True)
     return 0
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _terminate(pid: int, timeout_s: float) -> bool:
     """SIGTERM, then wait; whether the process is gone."""
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        _reap(pid)
-        time.sleep(0.1)
-    return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    return _wait_gone(pid, timeout_s)
 
 
 def _reap(pid: int) -> None:
@@ -476,56 +603,65 @@ def _reap(pid: int) -> None:
         pass
 
 
-def start_watchdog(s: Settings, server_pid: int, token: str) -> None:
+def start_watchdog(s: Settings, server_pid: int, token: str) -> subprocess.Popen:
     """Beside the server: reloads a model whose stub died (serving/watchdog.py says why)."""
     env = {**server_env(), "WATCHDOG_TOKEN": token}
     with open(s.build / "watchdog.log", "ab") as log:
-        subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "serving.watchdog", "--server-pid", str(server_pid), "--http-url", s.http_url],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT),
         )
 
 
-def start_front(s: Settings, server_pid: int) -> None:
-    """Beside the server: the OpenAI- and vLLM-compatible HTTP front (it follows the server's
-    life: ``--server-pid``), unless ``OPENAI_PORT`` is 0."""
+def start_front(s: Settings, follow_pid: int) -> subprocess.Popen | None:
+    """Beside the server: the OpenAI- and vLLM-compatible HTTP front, unless ``OPENAI_PORT`` is
+    0. It exits with ``follow_pid``: the supervisor, so it outlives a server restart."""
     if not s.openai_port:
-        return
+        return None
     cmd = [sys.executable, "-m", "serving.openai_front", "--host", s.host, "--port", str(s.openai_port),
            "--triton", f"{s.host}:{s.grpc_port}", "--model-dir", str(s.resolved_model_dir),
-           "--max-model-len", str(s.max_model_len), "--server-pid", str(server_pid)]
+           "--max-model-len", str(s.max_model_len), "--server-pid", str(follow_pid)]
     if s.served_model_name:
         cmd += ["--served-model-name", s.served_model_name]
     with open(s.build / "openai_front.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=server_env(), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(ROOT))
     s.front_pid_file.write_text(str(proc.pid))
+    print(f"OpenAI-compatible front on http://{s.host}:{s.openai_port}/v1", flush=True)
+    return proc
 
 
 def stop_front(s: Settings) -> None:
-    try:
-        pid = int(s.front_pid_file.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        s.front_pid_file.unlink(missing_ok=True)
-        return
-    if b"serving.openai_front" in cmdline and not _terminate(pid, 5.0):  # only the front this folder started
+    pid = _pid_from(s.front_pid_file, [b"serving.openai_front"])  # only the front this folder started
+    if pid is not None and not _terminate(pid, 5.0):
         os.kill(pid, signal.SIGKILL)
     s.front_pid_file.unlink(missing_ok=True)
 
 
 def serve(s: Settings) -> int:
+    """Foreground: this process supervises tritonserver (its output goes to ours) until SIGTERM
+    or Ctrl-C; in the container it is PID 1, which the kubelet signals."""
+    from serving.supervisor import Supervisor, handle_stop_signals
+
     prepare(s)
     s.build.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     cmd = server_command(s, token)
     print("$ " + " ".join(c if token not in c else c.replace(token, "***") for c in cmd), flush=True)
-    # exec keeps this pid, so the watchdog and the front started now follow the server itself.
-    start_watchdog(s, os.getpid(), token)
-    start_front(s, os.getpid())
-    if s.openai_port:
-        print(f"OpenAI-compatible front on http://{s.host}:{s.openai_port}/v1", flush=True)
-    os.execve(cmd[0], cmd, server_env(s))
+    sup = Supervisor(s, cmd, server_env(s), token)
+    handle_stop_signals(sup)
+    return sup.run()
+
+
+def status(s: Settings) -> int:
+    ready = is_ready(s)
+    state = supervisor_state(s)
+    line = "ready" if ready else "not ready"
+    if state is not None and state.running:
+        line += f" (tritonserver pid {state.server_pid}, restarts {state.restarts}"
+        line += f", last exit: {state.last_exit})" if state.last_exit else ")"
+    print(line)
+    return 0 if ready else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -534,6 +670,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     s = Settings.from_env()
     if args.action == "serve":
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s")
         return serve(s)
     if args.action == "start":
         return start(s)
@@ -543,9 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare(s)
         print(s.repository)
         return 0
-    ready = is_ready(s)
-    print("ready" if ready else "not ready")
-    return 0 if ready else 1
+    return status(s)
 
 
 if __name__ == "__main__":

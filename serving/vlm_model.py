@@ -4,9 +4,10 @@ No small vision-language weights exist on the package registries, so the model i
 ``Qwen2VLForConditionalGeneration`` from a config (hidden 64, 2 text layers, vision depth 1),
 every weight drawn from a seeded numpy generator in a fixed (sorted) parameter order: the bytes
 are the same on every machine and torch version. It pairs with the offline Qwen3 tokenizer folder
-(``build/tokenizers/qwen3``: ``<|vision_start|>`` 151652, ``<|image_pad|>`` 151655,
-``<|vision_end|>`` 151653) and carries Qwen2-VL's ``preprocessor_config.json`` and chat template,
-so ``renderer.multimodal`` reads its image settings from the folder like from a real checkpoint.
+(``<|vision_start|>`` 151652, ``<|image_pad|>`` 151655, ``<|vision_end|>`` 151653), which the
+launcher builds in ``MODELS_DIR/tokenizers`` (``serving.test_tokenizers``) and passes in, and
+carries Qwen2-VL's ``preprocessor_config.json`` and chat template, so ``renderer.multimodal``
+reads its image settings from the folder like from a real checkpoint.
 It generates nonsense, through the real transformers classes.
 
 ``max_pixels`` is lowered to 28*28*256 (at most 256 image tokens per image) so a CPU forward stays
@@ -30,9 +31,13 @@ from pathlib import Path
 
 SEED = 20261203
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# Defaults for the command line and for callers that name no folder; the launcher always passes
+# the folder it built (Settings.tokenizers_dir, inside MODELS_DIR).
 TOKENIZERS_DIR = Path(__file__).resolve().parent.parent / "build" / "tokenizers"
 DEFAULT_TOKENIZER_DIR = TOKENIZERS_DIR / "qwen3"
 PIXTRAL_TOKENIZER_DIR = TOKENIZERS_DIR / "mistral-tekken-240911"
+# Each family's tokenizer, by its key in what serving.test_tokenizers.build returns.
+TOKENIZER_OF_FAMILY = {"qwen2_vl": "qwen3", "pixtral": "mistral"}
 
 # Qwen2-VL-*-Instruct's template, verbatim in behaviour: each image part becomes
 # <|vision_start|><|image_pad|><|vision_end|>, the placeholder renderer.multimodal expands.
@@ -136,10 +141,18 @@ def _config():  # noqa: ANN202 - transformers type, imported lazily
     )
 
 
+def is_built(out_dir: Path) -> bool:
+    """Whether ``out_dir`` holds a complete model folder (``build`` publishes it atomically)."""
+    return (Path(out_dir) / "config.json").exists() and (Path(out_dir) / "model.safetensors").exists()
+
+
 def build(out_dir: Path, tokenizer_dir: Path | None = None, family: str = "qwen2_vl") -> Path:
-    """Write the model folder (idempotent: an existing complete folder is kept as is)."""
+    """Write the model folder (idempotent: an existing complete folder is kept as is).
+
+    ``tokenizer_dir``: the family's tokenizer folder; None takes the one under ``build/tokenizers``.
+    """
     out_dir = Path(out_dir)
-    if (out_dir / "config.json").exists() and (out_dir / "model.safetensors").exists():
+    if is_built(out_dir):
         return out_dir
     if family not in ("qwen2_vl", "pixtral"):
         raise ValueError(f"family must be 'qwen2_vl' or 'pixtral', got {family!r}")

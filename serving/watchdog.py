@@ -10,11 +10,15 @@ backend leaves behind.
 
 In-flight requests of the dead stub fail (500, "... is not healthy"); requests after the reload
 succeed. The reload takes as long as Triton's unload of the broken instance (~15 s here).
+
+The supervisor (``serving/supervisor.py``) starts one watchdog per tritonserver it runs, and itself
+restarts a tritonserver that dies; a watchdog ends with its server.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import logging
 import os
 import sys
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("serving.watchdog")
+# The header that carries the token of the restricted model-repository API (the launcher passes
+# it to tritonserver's --http-restricted-api / --grpc-restricted-protocol).
 TOKEN_HEADER = "watchdog-token"
 
 
@@ -71,28 +77,31 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2:].split()[0] != "Z"
 
 
-class ServerGone(Exception):
+class ServerGoneError(Exception):
     """The server stopped listening: it is shutting down, and its stubs go with it."""
 
 
 def reload_model(http_url: str, model: str, token: str, timeout_s: float = 300.0) -> bool:
-    req = urllib.request.Request(f"{http_url}/v2/repository/models/{model}/load", data=b"{}", method="POST",
-                                 headers={TOKEN_HEADER: token, "Content-Type": "application/json"})
+    req = urllib.request.Request(f"{http_url}/v2/repository/models/{model}/load", data=b"{}",  # noqa: S310 - http_url is the launcher's
+                                 method="POST", headers={TOKEN_HEADER: token, "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - http_url is the launcher's
             return r.status == 200
     except urllib.error.HTTPError as e:
         log.error("reloading %s failed: %s %s", model, e.code, e.read()[:300])
         return False
     except (urllib.error.URLError, OSError) as e:
-        raise ServerGone(str(e)) from None
+        raise ServerGoneError(str(e)) from None
 
 
 def server_ready(http_url: str) -> bool:
+    """Triton's readiness endpoint answers 200 (the one probe the launcher, supervisor and
+    watchdog share)."""
     try:
-        with urllib.request.urlopen(f"{http_url}/v2/health/ready", timeout=2) as r:
+        with urllib.request.urlopen(f"{http_url}/v2/health/ready", timeout=2) as r:  # noqa: S310 - http_url is the launcher's
             return r.status == 200
-    except (urllib.error.URLError, OSError):
+    # URLError and connection resets are OSErrors; a server dying mid-answer is an HTTPException.
+    except (OSError, http.client.HTTPException):
         return False
 
 
@@ -112,7 +121,7 @@ def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -
                 try:
                     if reload_model(http_url, model, token):
                         log.warning("model %s reloaded", model)
-                except ServerGone:
+                except ServerGoneError:
                     return
             for s in dead:
                 if s.region:

@@ -25,13 +25,19 @@ class ServerStartRefusedError(RuntimeError):
     """A test not marked `live` tried to start a server (`make unit` must start none)."""
 
 
-# What a unit test must never start: Triton, the OpenAI front the launcher starts, and load tools.
-_SERVER_MARKS = ("tritonserver", "serving.openai_front", "perf_analyzer", "genai-perf")
+# What a unit test must never start: Triton, the container entrypoint and the load tools as
+# programs; the launcher's supervisor and front as modules, and the launcher with a start command.
+_SERVER_PROGRAMS = frozenset({"tritonserver", "entrypoint.sh", "perf_analyzer", "genai-perf"})
+_SERVER_MODULES = frozenset({"serving.supervisor", "serving.openai_front"})
+_STARTING_LAUNCH_COMMANDS = frozenset({"serve", "start"})
 
 
 def _is_server_command(args: object) -> bool:
-    argv = [args] if isinstance(args, (str, os.PathLike)) else list(args or [])
-    return any(mark in str(a) for a in argv[:4] for mark in _SERVER_MARKS)
+    argv = [str(args)] if isinstance(args, (str, os.PathLike)) else [str(a) for a in args or []]
+    if not argv or Path(argv[0].split()[0]).name in _SERVER_PROGRAMS:
+        return bool(argv)
+    module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+    return module in _SERVER_MODULES or (module == "serving.launch" and bool(_STARTING_LAUNCH_COMMANDS & set(argv)))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -289,22 +289,26 @@ def container(tmp_path_factory, rendered):
         yield settings, proc, tmp / "entrypoint.log"
     finally:
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)  # what the kubelet sends; tritonserver is this pid
+            os.kill(proc.pid, signal.SIGTERM)  # what the kubelet sends; the supervising launcher is this pid
             try:
                 proc.wait(timeout=45)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        # `serve` writes no pid file; stop with the same env is then a no-op, kept for symmetry.
+        # Whatever a failed test left running (the server group, the front) goes with its pid files.
         subprocess.run([sys.executable, "-m", "serving.launch", "stop"], env=env, cwd=ROOT, check=False)
         log.close()
 
 
-def test_entrypoint_execs_tritonserver_with_the_configmap_settings(container):
+@pytest.mark.live
+def test_entrypoint_supervises_tritonserver_with_the_configmap_settings(container):
     settings, proc, log = container
-    exe = os.readlink(f"/proc/{proc.pid}/exe")
-    assert exe.endswith("/tritonserver"), exe  # exec all the way: SIGTERM reaches the server
-    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+    # exec all the way to the launcher, which supervises tritonserver: SIGTERM reaches it.
+    assert launch.supervisor_state(settings).supervisor_pid == proc.pid
+    server_pid = int(settings.pid_file.read_text())
+    exe = os.readlink(f"/proc/{server_pid}/exe")
+    assert exe.endswith("/tritonserver"), exe
+    cmdline = Path(f"/proc/{server_pid}/cmdline").read_bytes().split(b"\0")
     assert b"--http-port=19000" in cmdline and b"--grpc-port=19001" in cmdline
     assert f"--model-repository={settings.repository}".encode() in cmdline
     tokenize_cfg = (settings.repository / "tokenize" / "config.pbtxt").read_text()
@@ -312,6 +316,7 @@ def test_entrypoint_execs_tritonserver_with_the_configmap_settings(container):
     assert f"count: {settings.tokenize_instances} kind: KIND_CPU" in tokenize_cfg
 
 
+@pytest.mark.live
 def test_health_and_metrics_endpoints_the_manifests_use(container):
     import urllib.request
 
@@ -336,6 +341,7 @@ def test_health_and_metrics_endpoints_the_manifests_use(container):
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.live
 def test_render_completion_answers(container, protocol, hf_tokenizer):
     from client import RendererClient
 
@@ -348,6 +354,7 @@ def test_render_completion_answers(container, protocol, hf_tokenizer):
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.live
 def test_render_chat_answers(container, protocol, hf_tokenizer):
     from client import RendererClient
 
@@ -359,11 +366,12 @@ def test_render_chat_answers(container, protocol, hf_tokenizer):
     assert r.input_ids == hf_tokenizer(r.rendered_prompt, add_special_tokens=False).input_ids
 
 
+@pytest.mark.live
 def test_sigterm_stops_the_server_and_frees_shared_memory(container):
     """Last (module order): the kubelet's SIGTERM ends the pod's server cleanly."""
     settings, proc, _ = container
     # This server's regions exactly (other servers on the host make their own meanwhile).
-    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    maps = Path(f"/proc/{int(settings.pid_file.read_text())}/maps").read_text()
     mine = set(re.findall(r"(/dev/shm/triton_python_backend_shm_region_\S+)", maps))
     assert mine, "the server maps no shared-memory regions: nothing to check"
     os.kill(proc.pid, signal.SIGTERM)

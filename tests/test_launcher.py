@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from serving import launch
+from serving.supervisor import Backoff, Supervisor, clean_regions, describe_exit
 
 
 def test_every_placeholder_is_filled(tmp_path, model_dir):
@@ -54,13 +61,13 @@ def test_model_dir_without_config_is_refused(tmp_path):
 @pytest.mark.live
 def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
     """SIGTERM lets the Python backend unlink its /dev/shm regions; a second server on other
-    ports shows it without touching the session's server."""
-    before = set(glob.glob("/dev/shm/triton_python_backend_shm_region_*"))
+    ports shows it without touching the session's server. Its regions carry its build folder's
+    prefix, so other servers starting meanwhile do not count."""
     s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir),
                 http_port=18100, grpc_port=18101, metrics_port=18102)
     try:
         assert launch.start(s) == 0
-        mine = set(glob.glob("/dev/shm/triton_python_backend_shm_region_*")) - before
+        mine = set(glob.glob(f"/dev/shm/{s.shm_prefix}*"))
         assert mine, "the server created no shared-memory regions: nothing was checked"
         pid = int(Path(s.pid_file).read_text())
     finally:
@@ -84,3 +91,156 @@ def test_family_variants_are_picked(tmp_path, model_dir, family, grid):
     text_repo = launch.render_repository(s, None)
     assert not (text_repo / "mm_process").exists()
     assert "mm_process" not in (text_repo / "render_chat" / "config.pbtxt").read_text()
+
+
+def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkeypatch, model_dir):
+    """MODELS_DIR outside build/: the tokenizers the tiny model is built on are the ones the
+    launcher built (MODELS_DIR/tokenizers), passed explicitly; nothing lands beside MODELS_DIR."""
+    from serving import test_tokenizers, vlm_model
+
+    cached = test_tokenizers.build(launch.ROOT / "build" / "tokenizers")  # built once, offline after
+    models = tmp_path / "elsewhere" / "models"
+    for folder in cached.values():  # seeded, so the launcher reuses them instead of fetching again
+        shutil.copytree(folder, models / "tokenizers" / folder.name)
+    # The defaults under build/ must not be what the build reads.
+    monkeypatch.setattr(vlm_model, "DEFAULT_TOKENIZER_DIR", tmp_path / "absent" / "qwen3")
+    monkeypatch.setattr(vlm_model, "PIXTRAL_TOKENIZER_DIR", tmp_path / "absent" / "mistral")
+    s = replace(launch.Settings(), model="qwen2-vl", models_dir=str(models), build_dir=str(tmp_path / "b"),
+                encoder_decoder_model_dir=str(model_dir))
+    launch.prepare(s)
+    assert s.resolved_model_dir.parent == models and vlm_model.is_built(s.resolved_model_dir)
+    tokenizer = (s.tokenizers_dir / test_tokenizers.QWEN3_DIR / "tokenizer.json").read_bytes()
+    assert (s.resolved_model_dir / "tokenizer.json").read_bytes() == tokenizer
+    assert sorted(p.name for p in models.parent.iterdir()) == ["models"]
+    assert 'string_value: "%s"' % s.resolved_model_dir in (s.repository / "mm_process" / "config.pbtxt").read_text()
+
+
+def test_shm_prefix_names_one_build_folder(tmp_path):
+    a = replace(launch.Settings(), build_dir=str(tmp_path / "a"))
+    b = replace(launch.Settings(), build_dir=str(tmp_path / "b"))
+    assert a.shm_prefix != b.shm_prefix
+    # Still under the backend's default prefix: every glob for its regions keeps matching.
+    assert a.shm_prefix.startswith("triton_python_backend_shm_region_")
+    assert f"--backend-config=python,shm-region-prefix-name={a.shm_prefix}" in launch.server_command(a, "token")
+
+
+def test_settings_round_trip_through_json(tmp_path):
+    s = replace(launch.Settings(), build_dir=str(tmp_path), http_port=18123, enable_prompt_embeds=True,
+                startup_timeout_s=12.5, models="render_chat")
+    assert launch.Settings.from_json(s.to_json()) == s
+
+
+def test_backoff_doubles_up_to_its_cap():
+    b = Backoff(first_s=1.0, cap_s=8.0)
+    assert [b.delay(n) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_exit_reasons_name_the_signal():
+    assert describe_exit(-signal.SIGKILL) == "killed by signal 9 (SIGKILL)"
+    assert describe_exit(-signal.SIGSEGV) == "killed by signal 11 (SIGSEGV)"
+    assert describe_exit(3) == "exit code 3"
+
+
+def test_clean_regions_takes_only_its_prefix(tmp_path):
+    for name in ("p_1", "p_2", "q_1"):
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(clean_regions("p_", tmp_path)) == ["p_1", "p_2"]
+    assert [p.name for p in tmp_path.iterdir()] == ["q_1"]
+
+
+# A stand-in for tritonserver: answers /v2/health/ready and holds a "region" named with the prefix,
+# so the supervisor's restart, clean-up and stop run without Triton (and without a live mark).
+FAKE_SERVER = """
+import http.server, os, signal, sys
+from pathlib import Path
+port, region, exit_code = int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+if exit_code > 0:
+    sys.exit(exit_code)
+crashed_once = region.with_name("crashed-once")
+if exit_code < 0 and not crashed_once.exists():  # a crash while loading, the first time only
+    crashed_once.write_bytes(b"")
+    os.kill(os.getpid(), -exit_code)
+region.with_name(region.name + str(__import__("os").getpid())).write_bytes(b"")
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/v2/health/ready" else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _fake_supervisor(tmp_path: Path, shm_dir: Path, exit_code: int = 0) -> tuple[Supervisor, launch.Settings]:
+    port = _free_port()
+    s = replace(launch.Settings(), build_dir=str(tmp_path / "b"), http_port=port, openai_port=0)
+    script = tmp_path / "stand_in_server.py"
+    script.write_text(FAKE_SERVER)
+    cmd = [sys.executable, str(script), str(port), str(shm_dir / s.shm_prefix), str(exit_code)]
+    return Supervisor(s, cmd, dict(os.environ), "token", Backoff(first_s=0.2, cap_s=1.0)), s
+
+
+def _until(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out")
+        time.sleep(0.05)
+
+
+def test_supervisor_restarts_a_killed_server_and_stops_for_good(tmp_path, monkeypatch):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr("serving.supervisor.SHM_DIR", shm)
+    sup, s = _fake_supervisor(tmp_path, shm)
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(sup.run()))
+    runner.start()
+    try:
+        _until(lambda: sup.state.ready)
+        first = sup.state.server_pid
+        assert list(shm.iterdir()), "the stand-in made no region: the clean-up would check nothing"
+        os.kill(first, signal.SIGKILL)
+        _until(lambda: sup.state.ready and sup.state.server_pid != first)
+        on_disk = launch.supervisor_state(s)
+        assert (on_disk.restarts, on_disk.last_exit) == (1, "killed by signal 9 (SIGKILL)")
+        second = sup.state.server_pid
+        assert [p.name for p in shm.iterdir()] == [f"{s.shm_prefix}{second}"], "the dead server's region stays"
+        assert int(s.pid_file.read_text()) == second
+    finally:
+        sup.request_stop()
+        runner.join(30)
+    assert result == [0]
+    assert not Path(f"/proc/{second}").exists() or "zombie" in Path(f"/proc/{second}/status").read_text().lower()
+    final = launch.supervisor_state(s)
+    assert (final.restarts, final.running, final.server_pid) == (1, False, None), "a requested stop is no restart"
+    assert not list(shm.iterdir()) and not s.pid_file.exists() and not s.supervisor_pid_file.exists()
+
+
+def test_supervisor_gives_up_on_a_server_that_fails_to_start(tmp_path, monkeypatch):
+    """An exit code before the first readiness is a bad setting or model: restarting repeats it."""
+    monkeypatch.setattr("serving.supervisor.SHM_DIR", tmp_path)
+    sup, s = _fake_supervisor(tmp_path, tmp_path, exit_code=3)
+    assert sup.run() == 3
+    assert launch.supervisor_state(s).restarts == 0
+
+
+def test_supervisor_restarts_a_server_that_crashes_while_loading(tmp_path, monkeypatch):
+    """A signal before the first readiness is a crash (a SIGSEGV, an OOM kill): restarted."""
+    monkeypatch.setattr("serving.supervisor.SHM_DIR", tmp_path)
+    sup, s = _fake_supervisor(tmp_path, tmp_path, exit_code=-signal.SIGSEGV)
+    runner = threading.Thread(target=sup.run)
+    runner.start()
+    try:
+        _until(lambda: sup.state.ready)
+        assert (sup.state.restarts, sup.state.last_exit) == (1, "killed by signal 11 (SIGSEGV)")
+    finally:
+        sup.request_stop()
+        runner.join(30)
+    assert not runner.is_alive()
