@@ -4,6 +4,8 @@ Both parts go through the same tokenization step and parameters; in the async fo
 tokenized concurrently. The decoder input always starts with the decoder start token: the
 model's ``decoder_start_token_id``, else BOS, else vLLM's error. Prompt extras such as
 ``cache_salt`` belong to the encoder prompt (vLLM's "target prompt" of an encoder-decoder model).
+
+The server's ``MAX_MODEL_LEN`` bounds each prompt here too (``encoder_decoder_max_model_len``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,28 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import EncoderDecoderError, RenderError
+from .model_info import ModelInfo
 from .params import TokenizeParams
 from .prompts import EngineInput, RawPrompt, TokenizedPrompt, completion_prompt
-from .renderer import Renderer, capture_error, split_failed
+from .renderer import Renderer, RendererConfig, capture_error, split_failed
+
+
+def encoder_decoder_max_model_len(max_model_len: int, model_context: int) -> int:
+    """The context length the encoder-decoder model is served with.
+
+    ``MAX_MODEL_LEN`` (``max_model_len``; 0 for unset) names the served model's context; the
+    encoder-decoder model is a second model in the same server, whose own context
+    (``model_context``) may be shorter. So the setting applies where it fits, and is capped at the
+    model's context where it does not, rather than refusing to load a model the setting was not
+    written for.
+    """
+    if max_model_len < 0:
+        raise ValueError(f"max_model_len must be 0 (the model's context) or positive, got {max_model_len}")
+    return min(max_model_len, model_context) if max_model_len else model_context
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,15 @@ class EncoderDecoderRenderer:
 
     def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path, *, max_model_len: int = 0,
+                       tokenizer_backend: str = "auto") -> "EncoderDecoderRenderer":
+        """The renderer for a model folder, bounded by ``encoder_decoder_max_model_len``."""
+        context = ModelInfo.from_model_dir(model_dir).max_model_len
+        return cls(Renderer.from_config(RendererConfig(
+            model_dir=str(model_dir), max_model_len=encoder_decoder_max_model_len(max_model_len, context),
+            tokenizer_backend=tokenizer_backend)))
 
     def decoder_start_token_id(self) -> int:
         start = self.renderer.info.decoder_start_token_id

@@ -164,6 +164,19 @@ class ContinueFinalMessageError(ChatError):
     """``continue_final_message`` cannot continue the final message (transformers' checks)."""
 
 
+class ChatRequestValidationError(InvalidMessagesError):
+    """The chat request fails vLLM's request models (messages, tool calls, content parts, tools,
+    documents); the message is vLLM's, pydantic's errors included."""
+
+
+class EmptyToolsError(InvalidParamsError):
+    """``tools`` is an empty list (vLLM and OpenAI refuse it: omit the field instead)."""
+
+
+class UntrustedChatTemplateError(ChatTemplateError):
+    """A request supplied a chat template and the server does not trust request templates."""
+
+
 class EmbedsError(PromptError):
     """Prompt embeddings that cannot be used (vLLM's wording)."""
 
@@ -226,3 +239,21 @@ class UnsupportedMultiModalError(MultiModalError):
 
 class ImageAspectRatioError(MultiModalError):
     """An image too elongated for the model's resize rule (Qwen2-VL's smart_resize refuses > 200)."""
+
+
+# --- stage seams (what one Triton step hands the next) -----------------------------------------
+
+
+class EmptyMessagesError(InvalidMessagesError):
+    """``messages`` is absent or blank: there is no chat to render."""
+
+    def __init__(self) -> None:
+        super().__init__("messages is empty: send a JSON array of chat messages.")
+
+
+class MaxTokensError(InvalidParamsError):
+    """A generation request without ``max_tokens``, or with fewer than one (vLLM's wording)."""
+
+
+class LengthLimitError(TensorError):
+    """The ``length_limit`` tensor ``tokenize`` hands on is not (max_total_tokens, max_output_tokens)."""

@@ -7,11 +7,12 @@ tokenizing; padding, truncation, then the length check after it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 from .errors import (
     FieldTypeError,
     InvalidParamsError,
+    LengthLimitError,
     OutputTokensError,
     PromptTooLongError,
     TruncationSideError,
@@ -181,6 +182,12 @@ class TokenizeParams:
             f"input prompt or the number of requested output tokens."
         )
 
+    @property
+    def length_limit(self) -> "LengthLimit":
+        """The part of these params a later stage needs to check a longer prompt (``mm_process``
+        after placeholder expansion), so it need not read the request again."""
+        return LengthLimit(self.max_total_tokens, self.max_output_tokens)
+
     # --- parsing a request's JSON bag -----------------------------------------------------
 
     def with_request(self, bag: Mapping[str, Any] | None, *, max_model_len: int | None) -> "TokenizeParams":
@@ -212,6 +219,52 @@ class TokenizeParams:
             changes[name] = value
         _check_ranges(changes, max_model_len)
         return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class LengthLimit:
+    """The context-length check as ``tokenize`` resolved it for one request (the server's
+    ``MAX_MODEL_LEN``, the request's ``max_total_tokens`` and ``max_output_tokens`` / ``max_tokens``).
+
+    It travels to ``mm_process`` as the INT32 [2] tensor ``length_limit``, so the expanded ids are
+    checked against exactly the limit the text was, with vLLM's wording.
+    """
+
+    max_total_tokens: int | None
+    """Input plus output tokens allowed; None: no limit."""
+
+    max_output_tokens: int = 0
+    """Tokens reserved for the output."""
+
+    NO_LIMIT: ClassVar[int] = -1
+    """How ``max_total_tokens`` None travels in the tensor."""
+
+    def values(self) -> tuple[int, int]:
+        """The ``length_limit`` tensor's two values."""
+        total = self.NO_LIMIT if self.max_total_tokens is None else self.max_total_tokens
+        return total, self.max_output_tokens
+
+    @classmethod
+    def from_values(cls, values: Sequence[int]) -> "LengthLimit":
+        """The inverse of ``values``; refuses anything but two integers a ``TokenizeParams`` allows."""
+        vals = [int(v) for v in values]
+        if len(vals) != 2:
+            raise LengthLimitError(
+                f"Input 'length_limit' must hold 2 values (max_total_tokens, max_output_tokens), got {len(vals)}."
+            )
+        total, out = vals
+        if total == cls.NO_LIMIT:
+            return cls(None, out)
+        if total < 1 or not 0 <= out <= total:
+            raise LengthLimitError(
+                f"Input 'length_limit' must be (max_total_tokens >= 1 or -1, 0 <= max_output_tokens <= "
+                f"max_total_tokens), got {vals}."
+            )
+        return cls(total, out)
+
+    def check(self, n_tokens: int) -> None:
+        """vLLM's length check on ``n_tokens`` prompt tokens (``PromptTooLongError``)."""
+        TokenizeParams(max_total_tokens=self.max_total_tokens, max_output_tokens=self.max_output_tokens).check_length(n_tokens)
 
 
 REQUEST_FIELDS: dict[str, str] = {

@@ -17,8 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from renderer.errors import InvalidJSONError, RenderError, TensorError
+from renderer.errors import RenderError, TensorError
 from renderer.prompts import decode_utf8
+from renderer.request_json import parse_json
 
 log = logging.getLogger("renderer.triton")
 # Per input tensor; the launcher sets it from MAX_INPUT_BYTES. Triton 2.51 has no body limit.
@@ -73,15 +74,6 @@ def get_json(request: Any, name: str) -> Any:
     if text is None or not text.strip():
         return None
     return parse_json(text, name)
-
-
-def parse_json(text: str, name: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InvalidJSONError(name, f"{e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise InvalidJSONError(name, "nested too deeply") from None
 
 
 def get_scalar(request: Any, name: str, kind: type = int) -> Any:

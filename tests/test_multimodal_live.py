@@ -260,8 +260,10 @@ def test_gpu_path_matches_cpu(mm):
     import torch
 
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device on this host, so mm_process runs KIND_CPU here; on a GPU host the launcher "
-                    "picks KIND_GPU and this test compares the device path's tensors with the CPU path")
+        pytest.skip(f"torch {torch.__version__} sees no CUDA device, so mm_process runs KIND_CPU here; runs on a host "
+                    "with a CUDA GPU and a CUDA build of torch (torch.cuda.is_available()), where the launcher picks "
+                    "KIND_GPU. The same torch kernels run on the CPU against numba, on these images and to this "
+                    "tolerance, in tests/test_mm_unit.py::test_torch_path_on_cpu_matches_numba")
     from renderer.multimodal.processor import MultiModalProcessor
 
     family, s, cpu = mm

@@ -21,5 +21,6 @@ class TritonPythonModel:
                 pb_utils.Tensor("token_offsets", np.zeros((1, 0, 2), np.int32)),
                 pb_utils.Tensor("rendered_prompt", text.reshape(1, 1)),
                 pb_utils.Tensor("input_embeds", np.zeros((1, 0, 0), np.float32)),
+                pb_utils.Tensor("length_limit", np.array([[-1, 0]], np.int32)),  # no context limit
             ]))
         return out

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..chat.messages import MultiModalItem
-from ..params import TokenizeParams
+from ..params import LengthLimit
 from ..errors import (
     MultiModalCacheMissError,
     MultiModalPlaceholderCountError,
@@ -231,15 +231,16 @@ class MultiModalProcessor:
         prompt_ids: Sequence[int],
         token_offsets: Any,
         items: Sequence[MultiModalItem],
-        params: TokenizeParams,
+        limit: LengthLimit,
         mm_processor_kwargs: Mapping[str, Any] | None = None,
         media_io_kwargs: Mapping[str, Any] | None = None,
     ) -> tuple[MultiModalOutput, np.ndarray]:
         """``process`` for a prompt the tokenize step produced, with vLLM's rules after it: the
-        context length is checked on the expanded ids, and token offsets survive only without
-        media (they index text the expansion no longer matches). Returns (output, offsets)."""
+        context length is checked on the expanded ids (against ``limit``, what tokenize resolved
+        for the request), and token offsets survive only without media (they index text the
+        expansion no longer matches). Returns (output, offsets)."""
         out = self.process(prompt_ids, items, mm_processor_kwargs, media_io_kwargs)
-        params.check_length(len(out.input_ids))
+        limit.check(len(out.input_ids))
         keep = token_offsets is not None and not items
         return out, (np.asarray(token_offsets, np.int32).reshape(-1, 2) if keep else np.zeros((0, 2), np.int32))
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnsupportedMultiModalError
-from .families import ImageFamily, PixtralFamily, Qwen2VLFamily, _read_json
+from ..model_info import read_json_object
+from .families import ImageFamily, PixtralFamily, Qwen2VLFamily
 
 QWEN2_VL_MODEL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 QWEN2_VL_ARCHITECTURES = frozenset({"Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration"})
@@ -22,7 +23,7 @@ SUPPORTED = ("qwen2_vl", "pixtral")
 def detect_family(model_dir: str | Path) -> str | None:
     """"qwen2_vl", "pixtral", or None when the folder is not a supported vision-language model."""
     d = Path(model_dir)
-    config = _read_json(d / "config.json")
+    config = read_json_object(d / "config.json")
     model_type = config.get("model_type")
     archs = set(config.get("architectures") or ())
     vision_type = (config.get("vision_config") or {}).get("model_type")
@@ -30,7 +31,7 @@ def detect_family(model_dir: str | Path) -> str | None:
         return "qwen2_vl"
     if model_type in PIXTRAL_MODEL_TYPES or (model_type == "llava" and vision_type == "pixtral"):
         return "pixtral"
-    ip_type = str(_read_json(d / "preprocessor_config.json").get("image_processor_type") or "")
+    ip_type = str(read_json_object(d / "preprocessor_config.json").get("image_processor_type") or "")
     if ip_type.startswith("Qwen2VLImageProcessor"):
         return "qwen2_vl"
     if ip_type.startswith("PixtralImageProcessor"):
@@ -42,12 +43,12 @@ def load_family(model_dir: str | Path) -> ImageFamily:
     """The configured family for a model folder; refuses folders no family supports."""
     d = Path(model_dir)
     name = detect_family(d)
-    config: dict[str, Any] = _read_json(d / "config.json")
-    pp = _read_json(d / "preprocessor_config.json")
+    config: dict[str, Any] = read_json_object(d / "config.json")
+    pp = read_json_object(d / "preprocessor_config.json")
     if name == "qwen2_vl":
         return Qwen2VLFamily(d, pp, config)
     if name == "pixtral":
-        return PixtralFamily(d, pp, config, _read_json(d / "processor_config.json"))
+        return PixtralFamily(d, pp, config, read_json_object(d / "processor_config.json"))
     raise UnsupportedMultiModalError(
         f"The model in {d} has no supported image processor (model_type {config.get('model_type')!r}); "
         f"supported families: {', '.join(SUPPORTED)}."

@@ -1,12 +1,12 @@
-"""Triton adapter for ``generation_params``: request JSON -> TensorRT-LLM-named tensors."""
+"""Triton adapter for ``generation_params``: request fields -> TensorRT-LLM-named tensors
+(``renderer.generation_request``)."""
 
 from __future__ import annotations
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import GenerationResolver
-from renderer.sampling import SamplingParams
+from renderer.generation_request import GenerationRequest
 from serving import triton_io as io
 
 
@@ -15,12 +15,9 @@ class TritonPythonModel:
         self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
 
     def _one(self, request):
-        max_tokens = io.get_scalar(request, "max_tokens")
-        sampling = SamplingParams.from_request(io.get_json(request, "sampling_params"), max_tokens)
-        tensors = self.resolver.tensors(sampling, max_tokens)
-        tensors["streaming"] = np.array([bool(io.get_scalar(request, "stream", bool))], np.bool_)
-        tensors["exclude_input_in_output"] = np.array([True], np.bool_)
-        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
+        req = GenerationRequest.from_fields(io.get_scalar(request, "max_tokens"), io.get_json(request, "sampling_params"),
+                                            io.get_scalar(request, "stream", bool))
+        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(req.tensors(self.resolver)))
 
     def execute(self, requests):
         return io.respond_each(requests, "generation_params", self._one)

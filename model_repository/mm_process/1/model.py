@@ -10,22 +10,23 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat.messages import MultiModalItem
-from renderer.model_info import ModelInfo
+from renderer.chat_stage import MediaKwargs
 from renderer.multimodal.media import MediaLimits
 from renderer.multimodal.processor import MultiModalProcessor
-from renderer.params import request_tokenize_params
+from renderer.multimodal.tensors import image_tensors
+from renderer.params import LengthLimit
 from serving import triton_io as io
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        self.info = ModelInfo.from_model_dir(p["model_dir"])
         limits = MediaLimits(allowed_local_dir=p.get("media_dir") or None,
                              allowed_hosts=tuple(h.strip() for h in p.get("media_hosts", "").split(",") if h.strip()))
         self.processor = MultiModalProcessor.from_model_dir(
             p["model_dir"], limits=limits, cache_bytes=int(p["cache_bytes"]), device=p.get("device", "cpu"))
         self.processor.warmup()  # compiles the numba kernels before the first request
+        self.image_tensors = image_tensors(self.processor.family.name)
         # The families must outlive their metrics: keep both.
         kind = pb_utils.MetricFamily.COUNTER
         self.hits_family = pb_utils.MetricFamily(name="mm_cache_hits_total", description="Multimodal processor cache hits", kind=kind)
@@ -36,12 +37,12 @@ class TritonPythonModel:
     def _one(self, request):
         raw_items = io.get(request, "mm_items")
         items = [MultiModalItem.from_json(r) for r in (raw_items.reshape(-1) if raw_items is not None else [])]
-        kwargs = io.get_json(request, "mm_kwargs") or {}
-        params = request_tokenize_params(self.info.max_model_len, io.get_json(request, "tokenize_params"), chat=True,
-                                         max_output_tokens=io.get_scalar(request, "max_tokens"))
+        kwargs = MediaKwargs.from_bag(io.get_json(request, "mm_kwargs"))
+        # The limit tokenize resolved for this request (MAX_MODEL_LEN, tokenize_params, max_tokens).
+        limit = LengthLimit.from_values(io.get_ids(request, "length_limit") or [])
         out, offsets = self.processor.process_tokenized(
-            io.get_ids(request, "input_ids"), io.get(request, "token_offsets"), items, params,
-            kwargs.get("mm_processor_kwargs"), kwargs.get("media_io_kwargs"))
+            io.get_ids(request, "input_ids"), io.get(request, "token_offsets"), items, limit,
+            kwargs.mm_processor_kwargs, kwargs.media_io_kwargs)
         self.hits.increment(out.cache_hits)
         self.misses.increment(len(items) - out.cache_hits)
         tensors = [
@@ -51,8 +52,8 @@ class TritonPythonModel:
             io.tensor("mm_placeholders", out.mm_placeholders_array(), np.int32),
             io.bytes_tensor("mm_hashes", list(out.hashes)),
         ]
-        for name, value in out.tensors().items():
-            tensors.append(io.tensor(name, value, np.float32 if name == "pixel_values" else np.int64))
+        produced = out.tensors()
+        tensors += [io.tensor(spec.name, produced[spec.name], spec.np_dtype) for spec in self.image_tensors]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests):

@@ -39,9 +39,9 @@ class TritonPythonModel:
     def execute(self, requests):
         prompts, params = io.parse_each(requests, self._parse)
         results = self.renderer.render_batch(prompts, params)
-        return [self._respond(res) for res in results]
+        return [self._respond(res, p) for res, p in zip(results, params)]
 
-    def _respond(self, res):
+    def _respond(self, res, params):
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
         ids = np.asarray(res.prompt_token_ids, dtype=np.int32)
@@ -57,4 +57,5 @@ class TritonPythonModel:
             io.tensor("token_offsets", offsets, np.int32),
             io.bytes_tensor("rendered_prompt", [res.prompt or ""]),
             io.tensor("input_embeds", embeds, np.float32),
+            io.tensor("length_limit", params.length_limit.values(), np.int32),
         ])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from renderer import Renderer, RendererConfig
 from renderer.encoder_decoder import EncoderDecoderRenderer, encoder_decoder_prompt
 from serving import triton_io as io
 
@@ -13,9 +12,10 @@ from serving import triton_io as io
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        renderer = Renderer.from_config(RendererConfig(model_dir=p["model_dir"],
-                                                       tokenizer_backend=p.get("tokenizer_backend") or "auto"))
-        self.renderer = EncoderDecoderRenderer(renderer)
+        self.renderer = EncoderDecoderRenderer.from_model_dir(
+            p["model_dir"], max_model_len=int(p.get("max_model_len") or 0),
+            tokenizer_backend=p.get("tokenizer_backend") or "auto")
+        pb_utils.Logger.log_info(f"tokenize_enc_dec: context length {self.renderer.renderer.info.max_model_len}")
 
     def _parse(self, request):
         prompt = encoder_decoder_prompt(

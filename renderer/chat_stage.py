@@ -1,0 +1,113 @@
+"""The ``chat_render`` stage: a request's raw ``messages`` and ``chat_params`` -> prompt text and
+media items, with the rules that depend on the served model.
+
+- an absent or blank ``messages`` is refused (``EmptyMessagesError``) before any JSON parsing;
+- a text-only model takes no media: its image limit is 0, so an image part gets vLLM's
+  "At most 0 image(s) may be provided in one prompt." (``MultiModalLimitError``); an image model
+  takes up to vLLM's ``--limit-mm-per-prompt`` default (``MediaLimits``) and writes the family's
+  placeholder where each image goes;
+- the request's ``mm_processor_kwargs`` / ``media_io_kwargs`` travel to ``mm_process`` as one
+  JSON object (``MediaKwargs``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .chat import ChatParams, ChatRenderer, RenderedChat
+from .errors import EmptyMessagesError, FieldTypeError
+from .multimodal.media import MediaLimits
+from .multimodal.registry import detect_family, load_family
+from .request_json import parse_json
+
+
+def chat_media_limits(family: str | None) -> dict[str, int]:
+    """Media items one chat prompt may carry, by modality: none for a text-only model (``family``
+    None, vLLM's limit 0), vLLM's per-prompt defaults for an image model."""
+    return dict(MediaLimits().max_items) if family else {}
+
+
+def messages_from_json(raw: str | None) -> Any:
+    """The ``messages`` field as parsed JSON; absent or blank is ``EmptyMessagesError``."""
+    if raw is None or not raw.strip():
+        raise EmptyMessagesError()
+    return parse_json(raw, "messages")
+
+
+@dataclass(frozen=True)
+class MediaKwargs:
+    """The chat's per-request media settings, as ``chat_render`` hands them to ``mm_process``."""
+
+    mm_processor_kwargs: Mapping[str, Any] | None = None
+    """Image-processor overrides (validated by the family in ``mm_process``)."""
+
+    media_io_kwargs: Mapping[str, Any] | None = None
+    """Media-loading options (validated in ``mm_process``)."""
+
+    @classmethod
+    def of(cls, params: ChatParams) -> "MediaKwargs":
+        return cls(params.mm_processor_kwargs, params.media_io_kwargs)
+
+    def to_json(self) -> str:
+        """The ``mm_kwargs`` tensor's text."""
+        return json.dumps({"mm_processor_kwargs": self.mm_processor_kwargs, "media_io_kwargs": self.media_io_kwargs})
+
+    @classmethod
+    def from_bag(cls, bag: Any) -> "MediaKwargs":
+        """The inverse of ``to_json`` (after JSON parsing); None is no overrides."""
+        if bag is None:
+            return cls()
+        if not isinstance(bag, Mapping):
+            raise FieldTypeError("request", "mm_kwargs", "a JSON object", bag)
+        return cls(bag.get("mm_processor_kwargs"), bag.get("media_io_kwargs"))
+
+
+@dataclass(frozen=True)
+class ChatStageOutput:
+    """One rendered chat, as ``chat_render`` sends it on."""
+
+    rendered: RenderedChat
+    """The prompt text and the media items, in order."""
+
+    media_kwargs: MediaKwargs = field(default_factory=MediaKwargs)
+    """The request's media settings, for ``mm_process``."""
+
+    @property
+    def mm_items_json(self) -> list[str]:
+        """One JSON object per media item (the ``mm_items`` tensor)."""
+        return [item.to_json() for item in self.rendered.mm_items]
+
+
+class ChatStage:
+    """``chat_render`` for one model: the chat renderer set up for its family (or none)."""
+
+    def __init__(self, chat: ChatRenderer, family: str | None) -> None:
+        self.chat = chat
+        self.family = family
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path, **options: Any) -> "ChatStage":
+        """``options``: further ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
+        family = detect_family(model_dir)
+        placeholder = load_family(model_dir).placeholder_text if family else None
+        chat = ChatRenderer.from_model_dir(model_dir, image_placeholder=placeholder,
+                                           mm_limits=chat_media_limits(family), **options)
+        return cls(chat, family)
+
+    @property
+    def multimodal(self) -> bool:
+        """Whether the model takes images (its ensembles run ``mm_process``)."""
+        return self.family is not None
+
+    def warmup(self) -> bool:
+        """Compile the model's template before the first request (see ``ChatRenderer.warmup``)."""
+        return self.chat.warmup()
+
+    def render(self, raw_messages: str | None, chat_params: Mapping[str, Any] | None) -> ChatStageOutput:
+        """One request: ``messages`` JSON text and the parsed ``chat_params`` bag."""
+        messages = messages_from_json(raw_messages)
+        params = ChatParams.from_request(chat_params)
+        return ChatStageOutput(self.chat.render_messages(messages, params), MediaKwargs.of(params))

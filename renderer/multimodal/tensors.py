@@ -1,0 +1,44 @@
+"""The image tensors each model family hands on, named, typed and shaped once.
+
+``mm_process`` emits them with these dtypes, the launcher writes them into the configs of every
+model and ensemble that carries them (``serving/launch.py``: ``family_vars``), and
+``tests/test_config_contract.py`` checks what the adapters send against the rendered configs.
+Layouts are described on ``MultiModalOutput``.
+"""
+
+from __future__ import annotations
+
+from ..engine_request import TensorSpec
+from ..errors import UnsupportedMultiModalError
+
+FAMILY_IMAGE_TENSORS: dict[str, tuple[TensorSpec, ...]] = {
+    # All images' flattened patches in order, and each image's (t, h, w) patch grid.
+    "qwen2_vl": (
+        TensorSpec("pixel_values", "TYPE_FP32", (-1, -1)),
+        TensorSpec("image_grid_thw", "TYPE_INT64", (-1, 3)),
+    ),
+    # Images zero-padded to the largest, [images, 3, height, width], and each one's (h, w).
+    "pixtral": (
+        TensorSpec("pixel_values", "TYPE_FP32", (-1, 3, -1, -1)),
+        TensorSpec("image_sizes", "TYPE_INT64", (-1, 2)),
+    ),
+}
+
+
+def image_tensors(family: str) -> tuple[TensorSpec, ...]:
+    """The image tensors of ``family``, in the order the configs list them."""
+    specs = FAMILY_IMAGE_TENSORS.get(family)
+    if specs is None:
+        raise UnsupportedMultiModalError(
+            f"No image tensors are defined for family {family!r}; families: {', '.join(FAMILY_IMAGE_TENSORS)}."
+        )
+    return specs
+
+
+ITEM_TENSORS = ("mm_hashes", "mm_placeholders")
+"""What every image family also hands the engine: each item's identity and placeholder run."""
+
+
+def engine_image_inputs(family: str) -> tuple[str, ...]:
+    """The tensors ``family``'s images reach an image-taking engine as (``ENGINE_IMAGE_INPUTS``)."""
+    return tuple(spec.name for spec in image_tensors(family)) + ITEM_TENSORS
