@@ -20,15 +20,14 @@ import numpy as np
 
 from .engine_request import GenerationResolver
 from .errors import MaxTokensError
-from .sampling import SamplingParams
+from .sampling import SamplingParams, check_max_tokens
 
 
 def require_max_tokens(max_tokens: int | None) -> int:
     """``max_tokens`` of a generation request: present and at least 1."""
     if max_tokens is None:
         raise MaxTokensError("Input 'max_tokens' is required for generation.")
-    if max_tokens < 1:
-        raise MaxTokensError(f"max_tokens must be at least 1, got {max_tokens}.")
+    check_max_tokens(max_tokens)
     return int(max_tokens)
 
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import FieldTypeError, InvalidParamsError, UnknownFieldError
+from .errors import FieldTypeError, InvalidParamsError, MaxTokensError, UnknownFieldError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
@@ -146,8 +146,9 @@ class SamplingParams:
 
 
 def check_max_tokens(max_tokens: int) -> None:
+    """vLLM's rule for a given ``max_tokens``; the one place it is written."""
     if max_tokens < 1:
-        raise InvalidParamsError(f"max_tokens must be at least 1, got {max_tokens}.")
+        raise MaxTokensError(f"max_tokens must be at least 1, got {max_tokens}.")
 
 
 _FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "include_stop_str_in_output",

@@ -467,9 +467,9 @@ def build_vlm(s: Settings) -> Path:
     family = s.model.replace("-", "_")
     if vlm_model.is_built(s.resolved_model_dir):
         return s.resolved_model_dir
-    from serving import test_tokenizers
+    from serving import reference_tokenizers
 
-    tokenizers = test_tokenizers.build(s.tokenizers_dir)
+    tokenizers = reference_tokenizers.build(s.tokenizers_dir)
     return vlm_model.build(s.resolved_model_dir, tokenizers[vlm_model.TOKENIZER_OF_FAMILY[family]], family=family)
 
 

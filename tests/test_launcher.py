@@ -96,9 +96,9 @@ def test_family_variants_are_picked(tmp_path, model_dir, family, grid):
 def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkeypatch, model_dir):
     """MODELS_DIR outside build/: the tokenizers the tiny model is built on are the ones the
     launcher built (MODELS_DIR/tokenizers), passed explicitly; nothing lands beside MODELS_DIR."""
-    from serving import test_tokenizers, vlm_model
+    from serving import reference_tokenizers, vlm_model
 
-    cached = test_tokenizers.build(launch.ROOT / "build" / "tokenizers")  # built once, offline after
+    cached = reference_tokenizers.build(launch.ROOT / "build" / "tokenizers")  # built once, offline after
     models = tmp_path / "elsewhere" / "models"
     for folder in cached.values():  # seeded, so the launcher reuses them instead of fetching again
         shutil.copytree(folder, models / "tokenizers" / folder.name)
@@ -109,7 +109,7 @@ def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkey
                 encoder_decoder_model_dir=str(model_dir))
     launch.prepare(s)
     assert s.resolved_model_dir.parent == models and vlm_model.is_built(s.resolved_model_dir)
-    tokenizer = (s.tokenizers_dir / test_tokenizers.QWEN3_DIR / "tokenizer.json").read_bytes()
+    tokenizer = (s.tokenizers_dir / reference_tokenizers.QWEN3_DIR / "tokenizer.json").read_bytes()
     assert (s.resolved_model_dir / "tokenizer.json").read_bytes() == tokenizer
     assert sorted(p.name for p in models.parent.iterdir()) == ["models"]
     assert 'string_value: "%s"' % s.resolved_model_dir in (s.repository / "mm_process" / "config.pbtxt").read_text()
