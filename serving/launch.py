@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from serving.flags import parse_flag
 from serving.watchdog import TOKEN_HEADER, alive, server_ready
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +131,7 @@ class Settings:
                 continue
             default = f.default
             if isinstance(default, bool):
-                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                values[f.name] = parse_flag(raw)
             elif isinstance(default, int):
                 values[f.name] = int(raw)
             elif isinstance(default, float):

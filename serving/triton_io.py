@@ -20,6 +20,7 @@ import triton_python_backend_utils as pb_utils
 from renderer.errors import RenderError, TensorError
 from renderer.prompts import decode_utf8
 from renderer.request_json import parse_json
+from serving.flags import parse_flag
 
 log = logging.getLogger("renderer.triton")
 # Per input tensor; the launcher sets it from MAX_INPUT_BYTES. Triton 2.51 has no body limit.
@@ -34,7 +35,7 @@ def model_params(args: dict) -> dict[str, str]:
 
 def flag(params: dict[str, str], name: str, default: bool = False) -> bool:
     raw = params.get(name)
-    return default if raw is None else raw.strip().lower() in ("1", "true", "yes", "on")
+    return default if raw is None else parse_flag(raw)
 
 
 def get(request: Any, name: str) -> np.ndarray | None:
