@@ -272,10 +272,14 @@ def family_vars(family: str | None) -> dict[str, str]:
     """What makes one ``config.multimodal.pbtxt`` fit each image family: the family's image
     tensors (``renderer/multimodal/tensors.py``) as config entries and as ensemble step maps.
     Empty for a text-only model (None)."""
-    from renderer.multimodal.tensors import engine_image_inputs, image_tensors
+    from renderer.multimodal.tensors import ITEM_TENSOR_SPECS, engine_image_inputs, image_tensors
 
     specs = image_tensors(family) if family else ()
     engine = engine_image_inputs(family) if family else ()
+    # The engine's and the post-processor's extra inputs (appended to their TensorRT-LLM list).
+    engine_inputs = "".join(
+        f',\n  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] '
+        "optional: true allow_ragged_batch: true }" for t in (*specs, *ITEM_TENSOR_SPECS)) if family else ""
     return {
         "family": family or "",
         "image_outputs": ",\n".join(
@@ -283,6 +287,7 @@ def family_vars(family: str | None) -> dict[str, str]:
         "image_step_outputs": "\n".join(f'      output_map {{ key: "{t.name}" value: "{t.name}" }}' for t in specs),
         "engine_image_step_outputs": "\n".join(f'      output_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
         "engine_image_step_inputs": "\n".join(f'      input_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
+        "engine_image_inputs": engine_inputs,
     }
 
 

@@ -170,15 +170,10 @@ def test_vllm_engine_declares_the_stand_ins_tensors(tmp_path):
     assert list(vllm.input) == list(standin.input)
 
 
-# Models whose family variants still live as separate files (the engine adapter area; they can
-# take the same family ${vars} that render_chat, chat and mm_process use).
-SEPARATE_VARIANTS = {"llm", "detokenize"}
-
-
 def test_family_variants_come_from_one_template():
     from renderer.multimodal.tensors import FAMILY_IMAGE_TENSORS
 
-    for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir() and p.name not in SEPARATE_VARIANTS):
+    for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir()):
         variants = [f"config.{family}.pbtxt" for family in FAMILY_IMAGE_TENSORS if (model / f"config.{family}.pbtxt").exists()]
         assert variants == [], f"{model.name}: per-family copies {variants}; use config.multimodal.pbtxt and the family vars"
     for model in ("chat", "render_chat", "mm_process"):

@@ -35,8 +35,12 @@ def image_tensors(family: str) -> tuple[TensorSpec, ...]:
     return specs
 
 
-ITEM_TENSORS = ("mm_hashes", "mm_placeholders")
+ITEM_TENSOR_SPECS: tuple[TensorSpec, ...] = (
+    TensorSpec("mm_hashes", "TYPE_STRING", (-1,)),
+    TensorSpec("mm_placeholders", "TYPE_INT32", (-1, 2)),
+)
 """What every image family also hands the engine: each item's identity and placeholder run."""
+ITEM_TENSORS = tuple(spec.name for spec in ITEM_TENSOR_SPECS)
 
 
 def engine_image_inputs(family: str) -> tuple[str, ...]:
