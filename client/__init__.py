@@ -1,5 +1,6 @@
 """Client library and CLI for the renderer ensembles (``python -m client --help``)."""
 
-from .triton_client import Generated, Rendered, RendererClient, RequestError
+from .triton_client import ErrorKind, Generated, Rendered, RendererClient, RequestError, error_kind, triton_check_kind
 
-__all__ = ["Generated", "Rendered", "RendererClient", "RequestError"]
+__all__ = ["ErrorKind", "Generated", "Rendered", "RendererClient", "RequestError", "error_kind",
+           "triton_check_kind"]

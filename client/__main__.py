@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write("\n")
             return 0
     except RequestError as e:
-        print(f"error ({e.status}): {e.message}", file=sys.stderr)
-        return 2
+        print(f"{e.kind} error ({e.status or 'no status'}): {e.message}", file=sys.stderr)
+        return 2 if e.is_client_error else 1
 
 
 if __name__ == "__main__":

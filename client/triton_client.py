@@ -10,10 +10,11 @@ from __future__ import annotations
 import base64
 import json
 import queue
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -25,19 +26,80 @@ GRPC_STREAM_ERRORS = {"triton_grpc_error": "true"}
 """gRPC stream header asking Triton for status codes on errors (the stream then ends)."""
 
 
-class RequestError(Exception):
-    """The server refused or failed a request."""
+ErrorKind = Literal["client", "internal", "unavailable", "unknown"]
+"""Whose fault a failed request was: ``client`` (the request was wrong: HTTP 4xx, gRPC
+INVALID_ARGUMENT and kin), ``internal`` (a server fault: HTTP 500, gRPC INTERNAL / UNKNOWN),
+``unavailable`` (the server could not answer now: 503, UNAVAILABLE, deadlines, overload) or
+``unknown`` (the error came without a status and is not one of Triton's request checks, e.g. an
+SSE error event after the 200 header)."""
 
-    def __init__(self, status: str, message: str) -> None:
+_GRPC_KINDS: dict[str, ErrorKind] = {
+    **dict.fromkeys(("INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ALREADY_EXISTS",
+                     "UNIMPLEMENTED", "PERMISSION_DENIED", "UNAUTHENTICATED"), "client"),
+    **dict.fromkeys(("INTERNAL", "UNKNOWN", "DATA_LOSS"), "internal"),
+    **dict.fromkeys(("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED"), "unavailable"),
+}
+_HTTP_UNAVAILABLE = {408, 429, 502, 503, 504}
+
+
+# Triton's gRPC stream handler sends only the message, never the code, for a request it refuses
+# before any model runs, GRPC_STREAM_ERRORS or not (src/grpc/stream_infer_handler.cc, 2.51 to
+# 2.73). Those are its own request checks: the same requests get INVALID_ARGUMENT / NOT_FOUND on
+# a unary call and 400 / 404 over HTTP (tests/test_completion.py holds the two side by side). They
+# are recognised by Triton's wording; any other error without a code stays "unknown".
+_TRITON_REQUEST_CHECKS: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
+    (re.compile(r"^(\[request id: [^\]]*\] )?" + pattern), kind) for pattern, kind in (
+        (r"Request for unknown model: '", "client"),
+        (r"expected number of inputs between \d+ and \d+ but got \d+ inputs for model '", "client"),
+        (r"unexpected inference input '[^']*' for model '", "client"),
+        (r"inference input '[^']*' data-type is '\w+', but model '[^']*' expects '\w+'", "client"),
+        (r"unexpected shape for input '[^']*' for model '", "client"),
+        (r"input byte size mismatch for input '[^']*' for model '", "client"),
+        (r"GRPC server is shutting down", "unavailable"),
+    )
+)
+
+
+def triton_check_kind(message: str) -> ErrorKind:
+    """The kind of an error that came without a status, if its message is one of Triton's own
+    request checks (see ``_TRITON_REQUEST_CHECKS``); "unknown" otherwise."""
+    return next((kind for pattern, kind in _TRITON_REQUEST_CHECKS if pattern.match(message)), "unknown")
+
+
+def error_kind(status: object) -> ErrorKind:
+    """The kind of an error from its status: an HTTP code ("400", 500) or a gRPC code
+    ("StatusCode.INVALID_ARGUMENT", "INTERNAL"); ``None`` or "" (no status) is ``unknown``."""
+    s = "" if status is None else str(status).strip()
+    if s.isdigit():
+        code = int(s)
+        if code in _HTTP_UNAVAILABLE:
+            return "unavailable"
+        if 400 <= code < 500:
+            return "client"
+        return "internal" if 500 <= code < 600 else "unknown"
+    return _GRPC_KINDS.get(s.removeprefix("StatusCode."), "unknown")
+
+
+class RequestError(Exception):
+    """The server refused or failed a request; ``kind`` says whose fault it was."""
+
+    def __init__(self, status: object, message: str, kind: ErrorKind | None = None) -> None:
         super().__init__(message)
-        self.status = status
-        """"400" / "INVALID_ARGUMENT" for a bad request; other codes for server faults."""
+        self.status: str = "" if status is None or str(status) == "None" else str(status)
+        """The HTTP code ("400", "500") or gRPC code ("StatusCode.INVALID_ARGUMENT"); "" when the
+        error arrived without one."""
+        self.kind: ErrorKind = kind or error_kind(self.status)
+        """"client" for a bad request, "internal" for a server fault (see ``ErrorKind``): from the
+        status, or given where the status was lost on the way."""
         self.message = message
         """The server's message."""
 
     @property
     def is_client_error(self) -> bool:
-        return self.status in ("400", "StatusCode.INVALID_ARGUMENT", "INVALID_ARGUMENT")
+        return self.kind == "client"
+
+    def __repr__(self) -> str:
+        return f"RequestError(kind={self.kind!r}, status={self.status!r}, message={self.message!r})"
 
 
 @dataclass(frozen=True)
@@ -209,9 +271,16 @@ class RendererClient:
         try:
             self._client.async_stream_infer(model, self._inputs(tensors), enable_empty_final_response=True)
             while True:
-                result, error = q.get(timeout=self.timeout_s)
+                try:
+                    result, error = q.get(timeout=self.timeout_s)
+                except queue.Empty:
+                    raise RequestError("DEADLINE_EXCEEDED",
+                                       f"no response from '{model}' within {self.timeout_s} s") from None
                 if error is not None:
-                    raise RequestError(str(error.status()) if error.status() else "stream", error.message())
+                    # With GRPC_STREAM_ERRORS an error from a model ends the stream with its code;
+                    # a request Triton refuses before any model runs comes without one.
+                    status, message = error.status(), error.message() or ""
+                    raise RequestError(status, message, None if status else triton_check_kind(message))
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 text = result.as_numpy("text_output")
                 if text is not None:
@@ -239,8 +308,9 @@ class RendererClient:
                     continue
                 event = json.loads(line[5:])
                 if "error" in event:
-                    # SSE errors arrive after the 200 header: no status code to report.
-                    raise RequestError("stream", event["error"])
+                    # An error after the 200 header (Triton sends the status of an error that
+                    # comes first): no status, so kind "unknown", never taken for a client error.
+                    raise RequestError(None, event["error"])
                 ids = event.get("output_ids", [])
                 text = event.get("text_output", "")
                 yield Generated(text[0] if isinstance(text, list) else text, ids if isinstance(ids, list) else [ids])
@@ -250,7 +320,11 @@ def _generate_body(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Tensors as the JSON body of Triton's generate endpoints (one request, batch of 1)."""
     body: dict[str, Any] = {}
     for name, arr in tensors.items():
-        v = np.asarray(arr)[0]
+        arr = np.asarray(arr)
+        if arr.ndim == 0 or arr.shape[0] != 1:
+            raise ValueError(f"{name}: the HTTP generate endpoint takes a batch of exactly 1, got shape "
+                             f"{list(arr.shape)}; use gRPC")
+        v = arr[0]
         if v.dtype == np.object_:
             if name == "prompt_embeds":
                 # JSON carries no raw bytes; base64 is accepted.

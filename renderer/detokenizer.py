@@ -15,6 +15,11 @@ For one request, fed the engine's new ids as they arrive:
   start of a stop string) until the request finishes.
 
 So the streamed pieces concatenate to exactly the non-streamed text.
+
+Work per id is bounded by the id's own text, never by the output so far: the stream decodes a
+window of a few ids, the text is kept as a list of pieces (joined once, when ``text`` is read),
+and the stop search sees only the new characters and the ``max(len(stop)) - 1`` before them
+(``benchmarks/detokenize_stream.py`` measures it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 REPLACEMENT_CHAR = "\ufffd"
+
+
+class DetokenizerStateError(RuntimeError):
+    """An internal invariant broke (a bug here, never a bad request)."""
 
 
 @dataclass(frozen=True)
@@ -130,12 +139,30 @@ class IncrementalDetokenizer:
         self.min_tokens = min_tokens
         self.max_tokens = max_tokens
         self._buffer = max(len(s) for s in self.stop) - 1 if self.stop and not self.include else 0
+        # A stop string completed by new text starts at most this many characters before it.
+        self._overlap = max((len(s) for s in self.stop), default=1) - 1
         self.output_ids: list[int] = []
         """Every id kept so far."""
-        self.text = ""
-        """The whole output text so far (held-back characters included)."""
-        self._sent = 0
+        # Appending to one string copies all of it each time (CPython resizes in place only for a
+        # local with no other reference); pieces in lists keep each step's work to its own text.
+        self._pieces: list[str] = []
+        """The output text so far, in pieces (held-back characters included)."""
+        self._unsent: list[str] = []
+        """The pieces not yet handed out by ``next_text``."""
+        self._len = 0
+        """Characters in the output text so far."""
+        self._unsent_len = 0
+        self._tail = ""
+        """The last ``_overlap`` characters of the text before the current step, for the stop search."""
         self.finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The whole output text so far (held-back characters included); joins the pieces, so
+        its cost is the length: read it at the end of a request, not per id."""
+        if len(self._pieces) > 1:
+            self._pieces[:] = ["".join(self._pieces)]
+        return self._pieces[0] if self._pieces else ""
 
     def push(self, new_ids: Sequence[int]) -> Progress:
         """Add the engine's next ids; says whether (and why) generation is over."""
@@ -155,22 +182,39 @@ class IncrementalDetokenizer:
             return Progress([], None)
         decoded = ids[:-1] if stop_id is not None and not self.include else ids
         first_new = len(self.output_ids)
-        offsets = [len(self.text)]
+        start = self._len
+        offsets = [start]
+        new: list[str] = []
         for i in decoded:
-            self.text += self._stream.step(i)
-            offsets.append(len(self.text))
+            piece = self._stream.step(i)
+            if piece:
+                new.append(piece)
+                self._len += len(piece)
+            offsets.append(self._len)
         if len(decoded) < len(ids):
-            offsets.append(len(self.text))
+            offsets.append(self._len)
+        self._pieces += new
+        self._unsent += new
+        self._unsent_len += self._len - start
         self.output_ids += ids
         kept = ids
         if stop_id is not None:
             return self._finish(Progress(kept, "stop", stop_id))
-        if self.stop and len(self.output_ids) > self.min_tokens:
+        if not self.stop:
+            return self._length_or_running(kept)
+        # The stop search sees the new text and the characters a stop string could start in
+        # before it, never the whole text; the tail moves on every step, min_tokens or not.
+        window = self._tail + "".join(new)
+        base = start - len(self._tail)
+        self._tail = window[max(len(window) - self._overlap, 0):] if self._overlap else ""
+        if len(self.output_ids) > self.min_tokens:
             check_from = offsets[max(self.min_tokens - first_new, 0)]
-            hit = check_stop_strings(self.text, len(self.text) - check_from, self.stop, self.include)
+            hit = check_stop_strings(window, self._len - check_from, self.stop, self.include)
             if hit is not None:
                 s, cut = hit
-                end = len(self.text) if cut == -1 else cut
+                if cut != -1:
+                    cut += base
+                end = self._len if cut == -1 else cut
                 if not self.include:
                     end += len(s)
                 # Ids after the one that completed the stop string are dropped (vLLM does the same).
@@ -178,8 +222,11 @@ class IncrementalDetokenizer:
                 kept = ids[:n_kept]
                 del self.output_ids[first_new + n_kept:]
                 if cut != -1:
-                    self.text = self.text[:cut]
+                    self._truncate(cut)
                 return self._finish(Progress(kept, "stop", s))
+        return self._length_or_running(kept)
+
+    def _length_or_running(self, kept: list[int]) -> Progress:
         if self.max_tokens is not None and len(self.output_ids) >= self.max_tokens:
             return self._finish(Progress(kept, "length"))
         return Progress(kept, None)
@@ -193,12 +240,26 @@ class IncrementalDetokenizer:
     def next_text(self) -> str:
         """The text not yet handed out that is safe to show now."""
         hold = 0 if self.finish_reason is not None else self._buffer
-        end = len(self.text) - hold
-        if end <= self._sent:
+        n = self._unsent_len - hold
+        if n <= 0:
             return ""
-        piece = self.text[self._sent:end]
-        self._sent = end
+        unsent = "".join(self._unsent)
+        piece, rest = unsent[:n], unsent[n:]
+        self._unsent = [rest] if rest else []
+        self._unsent_len = len(rest)
         return piece
+
+    def _truncate(self, n: int) -> None:
+        """Cut the text to its first ``n`` characters (a stop string ended it). Never cuts into
+        text already handed out: the hold-back keeps a stop string's start unsent."""
+        text = self.text[:n]
+        sent = self._len - self._unsent_len
+        if n < sent:
+            raise DetokenizerStateError(f"a stop string cut the text at {n} characters, inside the {sent} already sent")
+        self._pieces[:] = [text] if text else []
+        self._unsent = [text[sent:]] if n > sent else []
+        self._unsent_len = n - sent
+        self._len = n
 
     def _finish(self, p: Progress) -> Progress:
         self.finish_reason = p.finish_reason

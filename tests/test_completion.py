@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from client import RequestError
@@ -64,10 +65,14 @@ def test_seeded_sampling_is_reproducible(client):
     ({"sampling_params": {"stop": 5}}, "sampling_params.stop must be"),
     ({"max_tokens": 8190}, "This model's maximum context length is 8192 tokens. However, you requested 8190 output tokens"),
 ])
-def test_bad_generation_requests(client, kw, message):
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_generation_requests(client, kw, message, stream):
     with pytest.raises(RequestError) as e:
-        generate(client, stream=False, **kw)
+        generate(client, stream=stream, **kw)
     assert message in e.value.message
+    # A message alone does not make a client error: a server fault carries one too.
+    assert e.value.kind == "client", repr(e.value)
+    assert e.value.status == ("400" if client.protocol == "http" else "StatusCode.INVALID_ARGUMENT"), repr(e.value)
     assert client.is_ready()
 
 
@@ -76,3 +81,34 @@ def test_generation_from_token_ids(client, hf_tokenizer):
     a = list(client.generate("completion", prompt_token_ids=ids, max_tokens=8))[0]
     b = generate(client, stream=False, max_tokens=8)[0]
     assert a.output_ids == b.output_ids
+
+
+# Requests Triton itself refuses before any model runs. Its gRPC stream sends these without a
+# status code, so the client recognises Triton's wording (client.triton_check_kind); a unary call
+# of the same request carries the code, which pins each recognised message to a client error.
+TRITON_REFUSALS = {
+    "missing input": ("render_chat", {}),
+    "unknown input": ("render_completion", {"prompt": b"hi", "bogus": b"x"}),
+    "wrong dtype": ("render_completion", {"prompt": np.array([[1.5]], np.float32)}),
+    "wrong shape": ("render_completion", {"prompt": np.array([[b"a", b"b"]], object)}),
+    "byte size": ("render_completion", {"prompt_token_ids": np.zeros((1, 0), np.int32),
+                                        "tokenize_params": np.zeros((1, 0), object)}),
+    "unknown model": ("no_such_model", {"prompt": b"hi"}),
+}
+
+
+@pytest.mark.parametrize("case", list(TRITON_REFUSALS))
+def test_triton_refusals_on_a_stream_are_client_errors(server, case):
+    from client import RendererClient
+
+    model, raw = TRITON_REFUSALS[case]
+    tensors = {k: v if isinstance(v, np.ndarray) else np.array([[v]], object) for k, v in raw.items()}
+    with RendererClient(f"{server.host}:{server.grpc_port}", "grpc") as c:
+        with pytest.raises(RequestError) as unary:
+            c.infer(model, tensors)
+        with pytest.raises(RequestError) as streamed:
+            list(c.stream(model, tensors))
+    assert unary.value.status in ("StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND"), repr(unary.value)
+    assert streamed.value.status == "", "Triton now sends a code on the stream: the message table is not needed"
+    assert streamed.value.message.endswith(unary.value.message.split("] ", 1)[-1]), (streamed.value, unary.value)
+    assert streamed.value.kind == unary.value.kind == "client", repr(streamed.value)

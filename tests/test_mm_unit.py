@@ -60,7 +60,7 @@ IMG, IMG_BREAK, IMG_END = 10, 12, 13
 @pytest.fixture(scope="session", autouse=True)
 def offline_tokenizers():
     """The real Qwen3 and tekken tokenizers, built offline from registry packages (cached)."""
-    from serving.test_tokenizers import build
+    from serving.reference_tokenizers import build
 
     build(ROOT / "build" / "tokenizers")
 
@@ -187,7 +187,48 @@ def test_kernel_fallbacks_are_identical(monkeypatch: pytest.MonkeyPatch) -> None
     assert np.array_equal(kernels.normalize_chw(img, lut), b)
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device on this host: the torch CUDA kernels run only on a GPU host (the device tool), where this compares them with the CPU kernels")
+# The images and tolerance of tests/test_multimodal_live.py::test_gpu_path_matches_cpu.
+DEVICE_PARITY_IMAGES = ["rgb_640x480", "rgba_300x200", "gray_L_257x129", "palette_P_200x150", "one_pixel_1x1",
+                        "wide_2000x20", "tiny_3x5", "odd_333x77"]
+DEVICE_PARITY_ATOL = 1e-5
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "pixtral"])
+def test_torch_path_on_cpu_matches_numba(family: str, qwen_dir: Path, pixtral_dir: Path) -> None:
+    """The torch kernels mm_process runs on a GPU host, run on this host's CPU against the numba
+    path: each image alone, then all in one request (concatenation / padding on the torch side)."""
+    import torch
+
+    d, prompt = (qwen_dir, qwen_prompt) if family == "qwen2_vl" else (pixtral_dir, pixtral_prompt)
+    numba = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
+    on_torch = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
+    # The constructor takes "cpu" (numba) or "cuda[:N]"; the families run the torch twin for any
+    # device but the literal "cpu", so "cpu:0" is the GPU code path on the CPU.
+    on_torch.device = "cpu:0"
+    cases = [[name] for name in DEVICE_PARITY_IMAGES] + [DEVICE_PARITY_IMAGES]
+    for names in cases:
+        items = [item(data_url(png(n)), i=i) for i, n in enumerate(names)]
+        a = numba.process(prompt(len(names)), items)
+        b = on_torch.process(prompt(len(names)), items)
+        assert isinstance(b.pixel_values, torch.Tensor) and b.pixel_values.device.type == "cpu", names
+        assert isinstance(a.pixel_values, np.ndarray), names
+        np.testing.assert_allclose(b.pixel_values.numpy(), a.pixel_values, rtol=0, atol=DEVICE_PARITY_ATOL,
+                                   err_msg=str(names))
+        assert b.input_ids == a.input_ids and b.hashes == a.hashes, names
+        for k, v in a.tensors().items():
+            if k != "pixel_values":
+                assert np.array_equal(np.asarray(b.tensors()[k]), v), (names, k)
+
+
+def _cuda_skip_reason() -> str:
+    import torch
+
+    return (f"torch {torch.__version__} sees no CUDA device: runs on a host with a CUDA GPU and a CUDA build of "
+            "torch (torch.cuda.is_available()); the same torch kernels run on the CPU in "
+            "test_torch_path_on_cpu_matches_numba")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason=_cuda_skip_reason())
 def test_cuda_path_matches_cpu(qwen_dir: Path, pixtral_dir: Path) -> None:
     for d, prompt in ((qwen_dir, qwen_prompt(2)), (pixtral_dir, pixtral_prompt(2))):
         items = [item(data_url(png("rgb_640x480"))), item(data_url(png("odd_333x77")), i=1)]

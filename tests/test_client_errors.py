@@ -1,0 +1,165 @@
+"""The client says whose fault an error was (``RequestError.kind``), on every path, no server.
+
+Internal errors carry messages too, so a test that counts "an error with a message" as a client
+error hides server faults; these tests pin the status -> kind mapping the live tests rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from client import RendererClient, RequestError, error_kind, triton_check_kind
+from client.triton_client import GRPC_STREAM_ERRORS
+
+
+@pytest.mark.parametrize("status, kind", [
+    ("400", "client"), (400, "client"), ("404", "client"), ("500", "internal"), (500, "internal"),
+    ("503", "unavailable"), ("429", "unavailable"),
+    ("StatusCode.INVALID_ARGUMENT", "client"), ("INVALID_ARGUMENT", "client"), ("StatusCode.NOT_FOUND", "client"),
+    ("StatusCode.INTERNAL", "internal"), ("StatusCode.UNKNOWN", "internal"),
+    ("StatusCode.UNAVAILABLE", "unavailable"), ("StatusCode.DEADLINE_EXCEEDED", "unavailable"),
+    (None, "unknown"), ("", "unknown"), ("None", "unknown"), ("200", "unknown"), ("StatusCode.BOGUS", "unknown"),
+])
+def test_error_kind(status: Any, kind: str) -> None:
+    assert error_kind(status) == kind
+    e = RequestError(status, "a message")
+    assert e.kind == kind and e.is_client_error == (kind == "client")
+
+
+def test_no_status_is_empty_and_never_a_client_error() -> None:
+    e = RequestError(None, "something failed")
+    assert e.status == "" and e.kind == "unknown" and not e.is_client_error
+    assert "kind='unknown'" in repr(e) and str(e) == "something failed"
+
+
+# --- HTTP generate_stream (SSE) against a stub HTTP server -----------------------------------
+
+@contextmanager
+def _serve(reply: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            reply(self)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _sse(status: int, *events: dict[str, Any]) -> Callable[[BaseHTTPRequestHandler], None]:
+    """Triton's generate_stream: an error that comes first gets its HTTP status; one after
+    the 200 header is a ``data: {"error": ...}`` event with no status."""
+    def reply(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(status)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        for e in events:
+            h.wfile.write(b"data: " + json.dumps(e).encode() + b"\n\n")
+    return reply
+
+
+def _http_error(status: int, events: tuple[dict[str, Any], ...]) -> RequestError:
+    with _serve(_sse(status, *events)) as url, RendererClient(url, "http", timeout_s=10) as c:
+        with pytest.raises(RequestError) as e:
+            list(c.generate("completion", prompt="hi", max_tokens=2, stream=True))
+    return e.value
+
+
+def test_http_400_is_a_client_error() -> None:
+    e = _http_error(400, ({"error": "max_tokens must be at least 1, got 0."},))
+    assert (e.kind, e.status, e.message) == ("client", "400", "max_tokens must be at least 1, got 0.")
+
+
+def test_http_500_is_an_internal_error() -> None:
+    e = _http_error(500, ({"error": "detokenize: internal error: KeyError: 3"},))
+    assert (e.kind, e.status) == ("internal", "500") and not e.is_client_error
+
+
+def test_sse_error_after_the_header_is_unknown_not_client() -> None:
+    e = _http_error(200, ({"text_output": "Paris", "output_ids": [7]}, {"error": "engine 'llm': boom"}))
+    assert (e.kind, e.status, e.message) == ("unknown", "", "engine 'llm': boom") and not e.is_client_error
+
+
+# --- gRPC stream against a stand-in for tritonclient's stream --------------------------------
+
+class _FakeStream:
+    """What ``tritonclient.grpc`` hands the stream callback when Triton ends a stream with an error."""
+
+    def __init__(self, error: InferenceServerException) -> None:
+        self.error = error
+        self.headers: dict[str, str] | None = None
+        self.callback: Callable[[Any, Any], None] | None = None
+
+    def start_stream(self, callback: Callable[[Any, Any], None], headers: dict[str, str] | None = None) -> None:
+        self.callback, self.headers = callback, headers
+
+    def async_stream_infer(self, *args: Any, **kwargs: Any) -> None:
+        assert self.callback is not None
+        self.callback(None, self.error)
+
+    def stop_stream(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+REFUSED = "[request id: <id_unknown>] unexpected shape for input 'prompt' for model 'completion'. Expected [-1,1]"
+
+
+@pytest.mark.parametrize("status, message, kind", [
+    ("StatusCode.INVALID_ARGUMENT", "a message", "client"), ("StatusCode.INTERNAL", "a message", "internal"),
+    ("StatusCode.UNKNOWN", "a message", "internal"), (None, "a message", "unknown"),
+    (None, REFUSED, "client"),  # Triton's own request check: its stream drops the code
+    ("StatusCode.INTERNAL", REFUSED, "internal"),  # a code, when there is one, decides
+])
+def test_grpc_stream_error_kind(status: str | None, message: str, kind: str) -> None:
+    c = RendererClient("127.0.0.1:1", "grpc", timeout_s=10)  # never connects: the stream is faked
+    fake = _FakeStream(InferenceServerException(msg=message, status=status))
+    c._client = fake
+    with pytest.raises(RequestError) as e:
+        list(c.generate("completion", prompt="hi", max_tokens=2, stream=True))
+    assert e.value.kind == kind and e.value.message == message
+    assert e.value.status == (status or "")
+    assert fake.headers == GRPC_STREAM_ERRORS  # what makes Triton send a model's code at all
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("Request for unknown model: 'x' is not found", "client"),
+    ("[request id: <id_unknown>] expected number of inputs between 2 and 7 but got 1 inputs for model 'chat'.",
+     "client"),
+    ("unexpected inference input 'bogus' for model 'completion'", "client"),
+    ("[request id: 7] inference input 'prompt' data-type is 'FP32', but model 'completion' expects 'BYTES'", "client"),
+    ("[request id: <id_unknown>] input byte size mismatch for input 'max_tokens' for model 'completion'.", "client"),
+    ("GRPC server is shutting down and has stopped accepting new requests.", "unavailable"),
+    # Not Triton's checks: a model's fault, or a check's wording quoted inside another message.
+    ("detokenize: internal error: KeyError: 3", "unknown"),
+    ("engine 'llm': unexpected shape for input 'x' for model 'y'", "unknown"),
+    ("", "unknown"),
+])
+def test_triton_check_kind(message: str, kind: str) -> None:
+    assert triton_check_kind(message) == kind
+
+
+def test_http_generate_takes_a_batch_of_one() -> None:
+    import numpy as np
+
+    c = RendererClient("127.0.0.1:1", "http", timeout_s=1)  # refused before anything is sent
+    with pytest.raises(ValueError, match=r"prompt: the HTTP generate endpoint takes a batch of exactly 1, got shape "
+                                         r"\[2, 1\]"):
+        list(c.stream("completion", {"prompt": np.array([[b"a"], [b"b"]], dtype=object)}))
