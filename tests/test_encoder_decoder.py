@@ -13,7 +13,6 @@ from client import RequestError
 from renderer import Renderer, RendererConfig
 from renderer.encoder_decoder import EncoderDecoderRenderer, encoder_decoder_prompt
 from renderer.errors import EncoderDecoderError
-from renderer.model_info import ModelInfo
 
 
 @pytest.fixture(scope="module")

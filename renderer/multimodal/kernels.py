@@ -35,7 +35,7 @@ def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn
     try:
         return _numba.njit(cache=True, nogil=True)(fn)
-    except Exception:  # read-only install: no cache locator; compile in memory instead
+    except Exception:  # noqa: BLE001 (read-only install: no cache locator; compile in memory instead)
         log.warning("numba on-disk cache unavailable for %s; compiling without it", fn.__name__)
         return _numba.njit(cache=False, nogil=True)(fn)
 

@@ -242,7 +242,7 @@ def _fetch_http(url: str, limits: MediaLimits) -> bytes:
             data = resp.read(limits.max_bytes + 1)
     except MediaLoadError:
         raise
-    except Exception as e:  # network errors of every kind become one client error
+    except Exception as e:  # noqa: BLE001 (network errors of every kind become one client error)
         raise MediaLoadError(f"Could not fetch the image from {url!r}: {e}") from None
     _check_size(len(data), limits)
     return data
@@ -258,7 +258,7 @@ def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
         raise ImageDecodeError("The data is not an image in a format Pillow can decode.") from None
     except Image.DecompressionBombError as e:
         raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (each format plugin raises its own kinds)
         raise ImageDecodeError(f"The image header cannot be read: {e}") from None
     width, height = img.size
     if width < 1 or height < 1:
@@ -273,7 +273,7 @@ def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
         img.load()
     except Image.DecompressionBombError as e:
         raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
-    except Exception as e:  # truncated streams raise OSError, corrupt ones assorted errors
+    except Exception as e:  # noqa: BLE001 (truncated streams raise OSError, corrupt ones assorted errors)
         raise ImageDecodeError(f"The image data is truncated or corrupt: {e}") from None
     mode = img.mode
     rgb = to_rgb_array(img)

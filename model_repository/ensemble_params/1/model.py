@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -14,7 +16,7 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
 
-    def _one(self, request):
+    def _one(self, request: Any) -> Any:
         front = parse_front_request(lambda name: io.get(request, name))
         tensors = self.resolver.tensors(front.sampling, front.max_tokens, end_id=front.end_id,
                                         pad_id=front.pad_id, bad_words=front.bad_words)
@@ -22,5 +24,5 @@ class TritonPythonModel:
         tensors["exclude_input_in_output"] = np.array([front.exclude_input_in_output], np.bool_)
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         return io.respond_each(requests, "ensemble_params", self._one)

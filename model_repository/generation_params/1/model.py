@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import GenerationResolver
@@ -14,10 +16,10 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
 
-    def _one(self, request):
+    def _one(self, request: Any) -> Any:
         req = GenerationRequest.from_fields(io.get_scalar(request, "max_tokens"), io.get_json(request, "sampling_params"),
                                             io.get_scalar(request, "stream", bool))
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(req.tensors(self.resolver)))
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         return io.respond_each(requests, "generation_params", self._one)

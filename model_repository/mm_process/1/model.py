@@ -6,6 +6,8 @@ them in order. Cache hits and misses are exported as Triton custom metrics.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -34,7 +36,7 @@ class TritonPythonModel:
         self.hits = self.hits_family.Metric(labels={"model": "mm_process"})
         self.misses = self.misses_family.Metric(labels={"model": "mm_process"})
 
-    def _one(self, request):
+    def _one(self, request: Any) -> Any:
         raw_items = io.get(request, "mm_items")
         items = [MultiModalItem.from_json(r) for r in (raw_items.reshape(-1) if raw_items is not None else [])]
         kwargs = MediaKwargs.from_bag(io.get_json(request, "mm_kwargs"))
@@ -56,7 +58,7 @@ class TritonPythonModel:
         tensors += [io.tensor(spec.name, produced[spec.name], spec.np_dtype) for spec in self.image_tensors]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         return io.respond_each(requests, "mm_process", self._one)
 
     def finalize(self) -> None:

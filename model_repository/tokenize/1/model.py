@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -22,7 +24,7 @@ class TritonPythonModel:
         backend = self.renderer.tokenizer.backend
         pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
 
-    def _parse(self, request):
+    def _parse(self, request: Any) -> Any:
         prompt = self.renderer.render_prompt(completion_prompt(
             text=io.get_bytes(request, "prompt"),
             token_ids=io.get_ids(request, "prompt_token_ids"),
@@ -36,12 +38,12 @@ class TritonPythonModel:
         )
         return prompt, params
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         prompts, params = io.parse_each(requests, self._parse)
         results = self.renderer.render_batch(prompts, params)
         return [self._respond(res, p) for res, p in zip(results, params)]
 
-    def _respond(self, res, params):
+    def _respond(self, res: Any, params: Any) -> Any:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
         ids = np.asarray(res.prompt_token_ids, dtype=np.int32)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -17,7 +19,7 @@ class TritonPythonModel:
             tokenizer_backend=p.get("tokenizer_backend") or "auto")
         pb_utils.Logger.log_info(f"tokenize_enc_dec: context length {self.renderer.renderer.info.max_model_len}")
 
-    def _parse(self, request):
+    def _parse(self, request: Any) -> Any:
         prompt = encoder_decoder_prompt(
             encoder_text=io.get_bytes(request, "encoder_prompt"),
             encoder_token_ids=io.get_ids(request, "encoder_prompt_token_ids"),
@@ -29,12 +31,12 @@ class TritonPythonModel:
             io.get_json(request, "tokenize_params"), max_output_tokens=io.get_scalar(request, "max_tokens"))
         return prompt, params
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         prompts, params = io.parse_each(requests, self._parse)
         return [self._respond(res) for res in self.renderer.render_batch(prompts, params)]
 
     @staticmethod
-    def _respond(res):
+    def _respond(res: Any) -> Any:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize_enc_dec")
         enc, dec = res.encoder.prompt_token_ids, res.decoder_prompt_token_ids
