@@ -59,13 +59,22 @@ def main(argv: list[str] | None = None) -> int:
     dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}
     sizes = [(640, 480), (1280, 720), (4000, 3000)]
     rows = []
-    print(f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
-          f"{'triton miss':>12} {'triton hit':>11} {'HF/ours':>8} {'HF/triton':>10}")
+    print(
+        f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
+        f"{'triton miss':>12} {'triton hit':>11} {'HF/ours':>8} {'HF/triton':>10}"
+    )
     for i, (fam, d) in enumerate(dirs.items()):
         port = 19500 + 10 * i
-        s = replace(launch.Settings(), openai_port=0, model=fam.replace("_", "-"), models="render_chat",
-                    build_dir=str(ROOT / "build" / f"bench-mm-{fam}"), http_port=port, grpc_port=port + 1,
-                    metrics_port=port + 2)
+        s = replace(
+            launch.Settings(),
+            openai_port=0,
+            model=fam.replace("_", "-"),
+            models="render_chat",
+            build_dir=str(ROOT / "build" / f"bench-mm-{fam}"),
+            http_port=port,
+            grpc_port=port + 1,
+            metrics_port=port + 2,
+        )
         if launch.start(s) != 0:
             return 1
         client = RendererClient(f"127.0.0.1:{port}")
@@ -88,19 +97,32 @@ def main(argv: list[str] | None = None) -> int:
             pil.load()
             t_hf = _ms(lambda: hf(images=[pil], return_tensors="np"), a.repeat)
             # Through Triton: fresh pixels every call for the miss, one image repeated for the hit.
-            fresh = iter([data_url(encode(rgb(w, h, seed=100 + k, block=8 if w * h > 4_000_000 else 1)))
-                          for k in range(a.repeat + 1)])
+            fresh = iter(
+                [
+                    data_url(encode(rgb(w, h, seed=100 + k, block=8 if w * h > 4_000_000 else 1)))
+                    for k in range(a.repeat + 1)
+                ]
+            )
             t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), a.repeat)
             same = _chat(data_url(png))
             client.render_chat(same)
             t_hit = _ms(lambda: client.render_chat(same), a.repeat)
-            row = {"family": fam, "size": f"{w}x{h}", "hf_pil_ms": round(t_hf, 2), "ours_cold_ms": round(t_cold, 2),
-                   "ours_warm_ms": round(t_warm, 2), "triton_miss_ms": round(t_miss, 2),
-                   "triton_hit_ms": round(t_hit, 2), "hf_over_ours_cold": round(t_hf / t_cold, 2),
-                   "hf_over_triton_miss": round(t_hf / t_miss, 2)}
+            row = {
+                "family": fam,
+                "size": f"{w}x{h}",
+                "hf_pil_ms": round(t_hf, 2),
+                "ours_cold_ms": round(t_cold, 2),
+                "ours_warm_ms": round(t_warm, 2),
+                "triton_miss_ms": round(t_miss, 2),
+                "triton_hit_ms": round(t_hit, 2),
+                "hf_over_ours_cold": round(t_hf / t_cold, 2),
+                "hf_over_triton_miss": round(t_hf / t_miss, 2),
+            }
             rows.append(row)
-            print(f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
-                  f"{t_hit:11.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}")
+            print(
+                f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
+                f"{t_hit:11.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
+            )
         client.close()
         launch.stop(s)
     out = ROOT / "benchmarks" / "results" / "mm.json"
@@ -110,8 +132,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _chat(url: str) -> list[dict]:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                         {"type": "text", "text": "Describe the image."}]}]
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": "Describe the image."},
+            ],
+        }
+    ]
 
 
 if __name__ == "__main__":

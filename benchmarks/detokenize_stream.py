@@ -47,7 +47,7 @@ def output_ids(tokenizer: Any, n: int) -> list[int]:
     text = "\n\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     ids = tokenizer.for_decoding(text, add_special_tokens=False).input_ids
     if len(ids) < n:
-        ids = (ids * (n // max(len(ids), 1) + 1))
+        ids = ids * (n // max(len(ids), 1) + 1)
     return ids[:n]
 
 
@@ -85,7 +85,7 @@ def naive(tokenizer: Any, prompt: list[int], ids: Sequence[int]) -> list[int]:
         before = tokenizer.decode(seen, skip_special_tokens=True)
         seen.append(i)
         now = tokenizer.decode(seen, skip_special_tokens=True)
-        _ = now[len(before):]
+        _ = now[len(before) :]
 
     return per_token_ns(step, ids)
 
@@ -95,8 +95,12 @@ def windows(runs: list[list[int]], window: int) -> dict[str, float]:
     first = statistics.median(statistics.median(r[:window]) for r in runs) / 1000
     last = statistics.median(statistics.median(r[-window:]) for r in runs) / 1000
     total = statistics.median(sum(r) for r in runs) / 1e6
-    return {"first_us_per_token": round(first, 2), "last_us_per_token": round(last, 2),
-            "last_over_first": round(last / first, 2), "total_ms": round(total, 1)}
+    return {
+        "first_us_per_token": round(first, 2),
+        "last_us_per_token": round(last, 2),
+        "last_over_first": round(last / first, 2),
+        "total_ms": round(total, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,11 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         naive_runs = [naive(tok, prompt, ids) for _ in range(max(1, a.repeat // 2))]
         results["naive_full_decode"] = windows(naive_runs, a.window)
         results["naive_over_incremental_last_window"] = round(
-            results["naive_full_decode"]["last_us_per_token"] / results["incremental"]["last_us_per_token"], 1)
+            results["naive_full_decode"]["last_us_per_token"] / results["incremental"]["last_us_per_token"], 1
+        )
     report = {
-        "tokens": a.tokens, "window": a.window, "repeat": a.repeat, "model": MODEL.name,
+        "tokens": a.tokens,
+        "window": a.window,
+        "repeat": a.repeat,
+        "model": MODEL.name,
         "ids": "tokenizer encoding of README.md + docs/*.md, first --tokens ids",
-        "stop_strings": list(NEVER_STOPS), "python": platform.python_version(), "machine": platform.machine(),
+        "stop_strings": list(NEVER_STOPS),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
         **results,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -37,9 +37,15 @@ MAX_TOKENS = 64
 MAX_MODEL_LEN = 2048
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Write a haiku about the sea."}],
-    [{"role": "user", "content": "Count to five."}, {"role": "assistant", "content": "1, 2, 3, 4, 5."},
-     {"role": "user", "content": "Now count backwards from ten."}],
+    [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Write a haiku about the sea."},
+    ],
+    [
+        {"role": "user", "content": "Count to five."},
+        {"role": "assistant", "content": "1, 2, 3, 4, 5."},
+        {"role": "user", "content": "Now count backwards from ten."},
+    ],
     [{"role": "user", "content": "Explain what a CPU cache is in two sentences."}],
     [{"role": "user", "content": "List three fruits and their colours."}],
     [{"role": "user", "content": "Translate 'good morning' into French, Spanish and German."}],
@@ -56,12 +62,22 @@ def log(msg: str) -> None:
 
 # --- the two targets ---------------------------------------------------------------------------
 
+
 def ours_settings(model_dir: str) -> Any:
     from serving import launch
 
-    return replace(launch.Settings(), openai_port=0, model_dir=model_dir, llm_engine="vllm", models="chat",
-                   build_dir=str(BUILD / "bench" / "engine-vllm"), http_port=OURS_PORT, grpc_port=OURS_PORT + 1,
-                   metrics_port=OURS_PORT + 2, startup_timeout_s=600)
+    return replace(
+        launch.Settings(),
+        openai_port=0,
+        model_dir=model_dir,
+        llm_engine="vllm",
+        models="chat",
+        build_dir=str(BUILD / "bench" / "engine-vllm"),
+        http_port=OURS_PORT,
+        grpc_port=OURS_PORT + 1,
+        metrics_port=OURS_PORT + 2,
+        startup_timeout_s=600,
+    )
 
 
 def ask_ours(messages: list[dict[str, str]]) -> tuple[float, str]:
@@ -70,8 +86,9 @@ def ask_ours(messages: list[dict[str, str]]) -> tuple[float, str]:
     t0 = time.perf_counter()
     first, text = None, []
     with RendererClient(f"127.0.0.1:{OURS_PORT + 1}", "grpc", timeout_s=600) as c:
-        for piece in c.generate("chat", messages=messages, max_tokens=MAX_TOKENS, stream=True,
-                                sampling_params={"ignore_eos": True}):
+        for piece in c.generate(
+            "chat", messages=messages, max_tokens=MAX_TOKENS, stream=True, sampling_params={"ignore_eos": True}
+        ):
             if piece.text and first is None:
                 first = time.perf_counter() - t0
             text.append(piece.text)
@@ -90,11 +107,31 @@ class VllmServe:
         from serving.vllm_env import PYTHON
 
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_TARGET_DEVICE="cpu",
-                   TOKENIZERS_PARALLELISM="false")
-        cmd = [str(PYTHON), str(ROOT / "benchmarks" / "vllm_launcher.py"), "serve", self.model_dir,
-               "--host", "127.0.0.1", "--port", str(VLLM_PORT), "--max-model-len", str(MAX_MODEL_LEN),
-               "--dtype", self.dtype, "--enforce-eager", "--served-model-name", "m", "--disable-log-stats"]
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            VLLM_CPU_KVCACHE_SPACE="1",
+            VLLM_TARGET_DEVICE="cpu",
+            TOKENIZERS_PARALLELISM="false",
+        )
+        cmd = [
+            str(PYTHON),
+            str(ROOT / "benchmarks" / "vllm_launcher.py"),
+            "serve",
+            self.model_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(VLLM_PORT),
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--dtype",
+            self.dtype,
+            "--enforce-eager",
+            "--served-model-name",
+            "m",
+            "--disable-log-stats",
+        ]
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
@@ -127,8 +164,16 @@ class VllmServe:
 
 
 def ask_vllm(messages: list[dict[str, str]]) -> tuple[float, str]:
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": MAX_TOKENS, "stream": True,
-                       "temperature": 0.0, "ignore_eos": True})
+    body = json.dumps(
+        {
+            "model": "m",
+            "messages": messages,
+            "max_tokens": MAX_TOKENS,
+            "stream": True,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        }
+    )
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", VLLM_PORT, timeout=600)
     conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
@@ -150,6 +195,7 @@ def ask_vllm(messages: list[dict[str, str]]) -> tuple[float, str]:
 
 
 # --- the load generator ------------------------------------------------------------------------
+
 
 def closed_loop(ask: Ask, concurrency: int, requests: int) -> dict[str, Any]:
     """``requests`` conversations through ``concurrency`` workers, each starting its next as soon
@@ -182,10 +228,15 @@ def closed_loop(ask: Ask, concurrency: int, requests: int) -> dict[str, Any]:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return {"concurrency": concurrency, "requests": requests, "errors": errors, "wall_s": round(wall, 3),
-            "output_tokens_per_s": round(len(texts) * MAX_TOKENS / wall, 2),
-            "ttft_p50_ms": round(statistics.median(ttft) * 1000, 1) if ttft else None,
-            "texts": {str(k): v for k, v in sorted(texts.items())}}
+    return {
+        "concurrency": concurrency,
+        "requests": requests,
+        "errors": errors,
+        "wall_s": round(wall, 3),
+        "output_tokens_per_s": round(len(texts) * MAX_TOKENS / wall, 2),
+        "ttft_p50_ms": round(statistics.median(ttft) * 1000, 1) if ttft else None,
+        "texts": {str(k): v for k, v in sorted(texts.items())},
+    }
 
 
 def measure(name: str, ask: Ask, levels: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -193,8 +244,10 @@ def measure(name: str, ask: Ask, levels: list[tuple[int, int]]) -> list[dict[str
     rows = []
     for conc, n in levels:
         row = closed_loop(ask, conc, n)
-        log(f"  {name:5} c={conc}: {row['output_tokens_per_s']:7.1f} tok/s, TTFT p50 {row['ttft_p50_ms']} ms"
-            + (f", {len(row['errors'])} errors" if row["errors"] else ""))
+        log(
+            f"  {name:5} c={conc}: {row['output_tokens_per_s']:7.1f} tok/s, TTFT p50 {row['ttft_p50_ms']} ms"
+            + (f", {len(row['errors'])} errors" if row["errors"] else "")
+        )
         rows.append({"target": name, **row})
     return rows
 
@@ -226,8 +279,15 @@ def run(quick: bool = False) -> dict[str, Any]:
                     rows += [{**r, "round": rnd} for r in measure("vllm", ask_vllm, levels)]
                 finally:
                     srv.stop()
-    return {"model": Path(model_dir).name, "dtype": dtype, "max_tokens": MAX_TOKENS, "levels": levels,
-            "rounds": rounds, "rows": rows, "summary": summarize(rows)}
+    return {
+        "model": Path(model_dir).name,
+        "dtype": dtype,
+        "max_tokens": MAX_TOKENS,
+        "levels": levels,
+        "rounds": rounds,
+        "rows": rows,
+        "summary": summarize(rows),
+    }
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -236,16 +296,23 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"by_concurrency": {}}
     same = True
     for conc in sorted({r["concurrency"] for r in rows}):
+
         def med(target: str, key: str) -> float | None:
-            vals = [r[key] for r in rows if r["target"] == target and r["concurrency"] == conc
-                    and not r["errors"] and r[key] is not None]
+            vals = [
+                r[key]
+                for r in rows
+                if r["target"] == target and r["concurrency"] == conc and not r["errors"] and r[key] is not None
+            ]
             return statistics.median(vals) if vals else None
+
         ours_tps, vllm_tps = med("ours", "output_tokens_per_s"), med("vllm", "output_tokens_per_s")
         ours_ttft, vllm_ttft = med("ours", "ttft_p50_ms"), med("vllm", "ttft_p50_ms")
         out["by_concurrency"][str(conc)] = {
-            "ours_tokens_per_s": ours_tps, "vllm_tokens_per_s": vllm_tps,
+            "ours_tokens_per_s": ours_tps,
+            "vllm_tokens_per_s": vllm_tps,
             "tokens_per_s_ratio": round(ours_tps / vllm_tps, 3) if ours_tps and vllm_tps else None,
-            "ours_ttft_p50_ms": ours_ttft, "vllm_ttft_p50_ms": vllm_ttft,
+            "ours_ttft_p50_ms": ours_ttft,
+            "vllm_ttft_p50_ms": vllm_ttft,
             "ttft_ratio": round(vllm_ttft / ours_ttft, 3) if ours_ttft and vllm_ttft else None,
         }
         texts = {(r["target"], k): v for r in rows if r["concurrency"] == conc for k, v in r["texts"].items()}

@@ -42,8 +42,9 @@ class Case:
     concurrency: int
 
 
-def run(targets: list[Target], cases: list[Case], rounds: int,
-        progress: Callable[[str], None] = lambda _msg: None) -> dict[str, Any]:
+def run(
+    targets: list[Target], cases: list[Case], rounds: int, progress: Callable[[str], None] = lambda _msg: None
+) -> dict[str, Any]:
     """Measure every (case, target) once per round, alternating the target order; return rows with medians."""
     samples: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     errors: list[str] = []
@@ -63,13 +64,19 @@ def run(targets: list[Target], cases: list[Case], rounds: int,
     for case in cases:
         for t in targets:
             got = samples.get((case.model, case.concurrency, t.name), [])
-            rows.append({
-                "model": case.model, "input": case.input_name, "concurrency": case.concurrency,
-                "target": t.name, "side": t.side, "rounds": len(got),
-                "requests_per_s": round(statistics.median(r["requests_per_s"] for r in got), 1) if got else None,
-                "p50_ms": round(statistics.median(r["p50_ms"] for r in got), 3) if got else None,
-                "samples": [[round(r["requests_per_s"], 1), round(r["p50_ms"], 3)] for r in got],
-            })
+            rows.append(
+                {
+                    "model": case.model,
+                    "input": case.input_name,
+                    "concurrency": case.concurrency,
+                    "target": t.name,
+                    "side": t.side,
+                    "rounds": len(got),
+                    "requests_per_s": round(statistics.median(r["requests_per_s"] for r in got), 1) if got else None,
+                    "p50_ms": round(statistics.median(r["p50_ms"] for r in got), 3) if got else None,
+                    "samples": [[round(r["requests_per_s"], 1), round(r["p50_ms"], 3)] for r in got],
+                }
+            )
     return {"rounds": rounds, "rows": rows, "errors": errors}
 
 

@@ -43,8 +43,13 @@ def _rate(fn: Callable[[int], int], seconds: float) -> tuple[float, int]:
             return n / el, n
 
 
-def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, list[list[int]]] | None = None,
-        vllm_python: str | None = None) -> dict[str, Any]:
+def run(
+    model_dir: str,
+    names: list[str],
+    seconds: float,
+    expected: dict[str, list[list[int]]] | None = None,
+    vllm_python: str | None = None,
+) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from benchmarks.make_inputs import load
@@ -60,8 +65,9 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
     chat_tok_params = renderer.request_params(None, chat=True)
 
     def ours_completion(batch: list[dict]) -> list[list[int]]:
-        out = renderer.render_batch([renderer.render_prompt(TextPrompt(r["prompt"])) for r in batch],
-                                    [cmpl_params] * len(batch))
+        out = renderer.render_batch(
+            [renderer.render_prompt(TextPrompt(r["prompt"])) for r in batch], [cmpl_params] * len(batch)
+        )
         return [o.prompt_token_ids for o in out]
 
     def ours_chat(r: dict) -> list[int]:
@@ -71,9 +77,13 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
 
     def hf_chat(r: dict) -> list[int]:
         cp = r.get("chat_params") or {}
-        enc = hf.apply_chat_template(r["conversation"], tools=cp.get("tools"), tokenize=True,
-                                     add_generation_prompt=cp.get("add_generation_prompt", True),
-                                     continue_final_message=cp.get("continue_final_message", False))
+        enc = hf.apply_chat_template(
+            r["conversation"],
+            tools=cp.get("tools"),
+            tokenize=True,
+            add_generation_prompt=cp.get("add_generation_prompt", True),
+            continue_final_message=cp.get("continue_final_message", False),
+        )
         ids = enc["input_ids"] if hasattr(enc, "keys") else enc
         return list(ids)
 
@@ -81,39 +91,59 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
     checks: dict[str, Any] = {}
 
     def add(name: str, baseline: str, rate_n: tuple[float, int], note: str = "") -> None:
-        rows.append({"input": name, "baseline": baseline, "requests_per_s": rate_n[0], "requests": rate_n[1],
-                     "note": note})
+        rows.append(
+            {"input": name, "baseline": baseline, "requests_per_s": rate_n[0], "requests": rate_n[1], "note": note}
+        )
 
     for name in names:
         reqs = load(name)
         if "prompt" in reqs[0]:
             prompts = [r["prompt"] for r in reqs]
-            batches = [reqs[i:i + BATCH] for i in range(0, len(reqs), BATCH)]
-            pbatches = [prompts[i:i + BATCH] for i in range(0, len(prompts), BATCH)]
+            batches = [reqs[i : i + BATCH] for i in range(0, len(reqs), BATCH)]
+            pbatches = [prompts[i : i + BATCH] for i in range(0, len(prompts), BATCH)]
             ours_ids = [ids for b in batches for ids in ours_completion(b)]
             hf_ids = [list(x) for x in hf(prompts)["input_ids"]]
             checks[name] = {"ours_inprocess_vs_transformers": _diff(ours_ids, hf_ids)}
-            add(name, "transformers tokenizer(batch of 64)",
-                _rate(lambda i: len(hf(pbatches[i % len(pbatches)])["input_ids"]), seconds))
-            add(name, "transformers tokenizer(prompt), one at a time",
-                _rate(lambda i: (hf(prompts[i % len(prompts)]), 1)[1], seconds))
-            add(name, "ours Renderer.render_batch, one at a time",
-                _rate(lambda i: len(ours_completion([reqs[i % len(reqs)]])), seconds))
-            add(name, "ours Renderer.render_batch(batch of 64)",
-                _rate(lambda i: len(ours_completion(batches[i % len(batches)])), seconds))
+            add(
+                name,
+                "transformers tokenizer(batch of 64)",
+                _rate(lambda i: len(hf(pbatches[i % len(pbatches)])["input_ids"]), seconds),
+            )
+            add(
+                name,
+                "transformers tokenizer(prompt), one at a time",
+                _rate(lambda i: (hf(prompts[i % len(prompts)]), 1)[1], seconds),
+            )
+            add(
+                name,
+                "ours Renderer.render_batch, one at a time",
+                _rate(lambda i: len(ours_completion([reqs[i % len(reqs)]])), seconds),
+            )
+            add(
+                name,
+                "ours Renderer.render_batch(batch of 64)",
+                _rate(lambda i: len(ours_completion(batches[i % len(batches)])), seconds),
+            )
         else:
             # transformers gets the parsed conversation (vLLM's parse step: e.g. a tool-call turn
             # without "content" gets one), as vLLM hands it to apply_chat_template.
             for r in reqs:
                 r["conversation"] = chat.render_messages(
-                    r["messages"], ChatParams.from_request(r.get("chat_params") or None)).conversation
+                    r["messages"], ChatParams.from_request(r.get("chat_params") or None)
+                ).conversation
             ours_ids = [ours_chat(r) for r in reqs]
             hf_ids = [hf_chat(r) for r in reqs]
             checks[name] = {"ours_inprocess_vs_transformers": _diff(ours_ids, hf_ids)}
-            add(name, "transformers apply_chat_template(tokenize=True)",
-                _rate(lambda i: (hf_chat(reqs[i % len(reqs)]), 1)[1], seconds))
-            add(name, "ours ChatRenderer + Renderer, one at a time",
-                _rate(lambda i: (ours_chat(reqs[i % len(reqs)]), 1)[1], seconds))
+            add(
+                name,
+                "transformers apply_chat_template(tokenize=True)",
+                _rate(lambda i: (hf_chat(reqs[i % len(reqs)]), 1)[1], seconds),
+            )
+            add(
+                name,
+                "ours ChatRenderer + Renderer, one at a time",
+                _rate(lambda i: (ours_chat(reqs[i % len(reqs)]), 1)[1], seconds),
+            )
         if expected and name in expected:
             checks[name]["ours_inprocess_vs_server"] = _diff(ours_ids, expected[name])
 
@@ -121,8 +151,11 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
     if vllm_python and Path(vllm_python).exists():
         vllm = run_vllm(vllm_python, model_dir, names, seconds)
         for name, res in vllm.get("inputs", {}).items():
-            add(name, "vLLM renderer in process (render_cmpl / render_chat), one at a time",
-                (res["requests_per_s"], res["requests"]))
+            add(
+                name,
+                "vLLM renderer in process (render_cmpl / render_chat), one at a time",
+                (res["requests_per_s"], res["requests"]),
+            )
             if expected and name in expected:
                 checks.setdefault(name, {})["vllm_inprocess_vs_server"] = _diff(res.pop("ids"), expected[name])
             else:
@@ -131,10 +164,17 @@ def run(model_dir: str, names: list[str], seconds: float, expected: dict[str, li
 
 
 def run_vllm(python: str, model_dir: str, names: list[str], seconds: float) -> dict[str, Any]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1")
-    proc = subprocess.run([python, "-m", "benchmarks.vllm_inprocess", model_dir, str(seconds), *names],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1"
+    )
+    proc = subprocess.run(
+        [python, "-m", "benchmarks.vllm_inprocess", model_dir, str(seconds), *names],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
         return {"status": "failed", "reason": proc.stderr[-2000:]}
     return {"status": "ran", "inputs": json.loads(proc.stdout)}

@@ -50,8 +50,10 @@ def triton_request(req: dict[str, Any]) -> Request:
     """Triton's generate endpoint on our render ensembles (BYTES inputs as JSON strings)."""
     if "prompt" in req:
         return "/v2/models/render_completion/generate", json.dumps({"prompt": req["prompt"]}).encode()
-    body = {"messages": json.dumps(req["messages"], ensure_ascii=False),
-            "chat_params": json.dumps(req.get("chat_params") or {}, ensure_ascii=False)}
+    body = {
+        "messages": json.dumps(req["messages"], ensure_ascii=False),
+        "chat_params": json.dumps(req.get("chat_params") or {}, ensure_ascii=False),
+    }
     return "/v2/models/render_chat/generate", json.dumps(body, ensure_ascii=False).encode()
 
 
@@ -93,9 +95,17 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length or 0)
 
 
-async def run_load(host: str, port: int, requests: list[Request], expected: list[list[int]] | None,
-                   extract: Callable[[Any], list[int]], concurrency: int, seconds: float,
-                   max_requests: int | None = None, warmup_s: float = 0.5) -> dict[str, Any]:
+async def run_load(
+    host: str,
+    port: int,
+    requests: list[Request],
+    expected: list[list[int]] | None,
+    extract: Callable[[Any], list[int]],
+    concurrency: int,
+    seconds: float,
+    max_requests: int | None = None,
+    warmup_s: float = 0.5,
+) -> dict[str, Any]:
     """Closed loop: ``concurrency`` connections each send the next request when the last one returns.
 
     Every response is checked (status 200, ids equal to ``expected`` when given), warm-up included;
@@ -121,8 +131,10 @@ async def run_load(host: str, port: int, requests: list[Request], expected: list
                 i = counter % len(requests)
                 counter += 1
                 path, body = requests[i]
-                head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                        f"Content-Length: {len(body)}\r\n\r\n").encode()
+                head = (
+                    f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
                 t0 = time.perf_counter()
                 writer.write(head + body)
                 await writer.drain()
@@ -160,8 +172,13 @@ async def run_load(host: str, port: int, requests: list[Request], expected: list
         "requests_per_s": measured / elapsed if elapsed > 0 else None,
         "measured_requests": measured,
         "sent": counter,
-        "p50_ms": pct(0.50), "p90_ms": pct(0.90), "p99_ms": pct(0.99),
-        "checked": checked, "mismatched": mismatched, "errors": errors, "first_errors": first_errors,
+        "p50_ms": pct(0.50),
+        "p90_ms": pct(0.90),
+        "p99_ms": pct(0.99),
+        "checked": checked,
+        "mismatched": mismatched,
+        "errors": errors,
+        "first_errors": first_errors,
         "client_cpu_us_per_request": cpu_s / counter * 1e6 if counter else None,
     }
 
@@ -185,8 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         requests, extract = [triton_request(r) for r in reqs], triton_ids
     expected = json.loads(Path(a.expected).read_text())[a.input] if a.expected else None
     host, _, port = a.url.rpartition(":")
-    out = asyncio.run(run_load(host or "127.0.0.1", int(port), requests, expected, extract, a.concurrency,
-                               a.seconds, a.max_requests, a.warmup_s))
+    out = asyncio.run(
+        run_load(
+            host or "127.0.0.1",
+            int(port),
+            requests,
+            expected,
+            extract,
+            a.concurrency,
+            a.seconds,
+            a.max_requests,
+            a.warmup_s,
+        )
+    )
     out.update(target=a.target, input=a.input)
     json.dump(out, sys.stdout)
     print()

@@ -47,8 +47,20 @@ WORDS = (
     "kubernetes tensor latency throughput tokenizer batching inference gradient embedding vector "
     "café naïve résumé über straße 東京 北京 こんにちは 안녕하세요 Ελληνικά русский 🚀 🌍 😀"
 ).split()
-TOPICS = ["the weather", "a recipe", "Python code", "history", "travel plans", "a bug report", "math homework",
-          "a poem", "the stock market", "gardening", "physics", "a job interview"]
+TOPICS = [
+    "the weather",
+    "a recipe",
+    "Python code",
+    "history",
+    "travel plans",
+    "a bug report",
+    "math homework",
+    "a poem",
+    "the stock market",
+    "gardening",
+    "physics",
+    "a job interview",
+]
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Sydney", "Zürich", "São Paulo", "Nairobi", "Reykjavík"]
 
 
@@ -84,8 +96,9 @@ def long_prompt(rng: random.Random) -> str:
 def multiturn_chat(rng: random.Random) -> dict[str, Any]:
     msgs: list[dict[str, Any]] = []
     if rng.random() < 0.7:
-        msgs.append({"role": "system", "content": f"You are a helpful assistant for {rng.choice(TOPICS)}. "
-                     + _sentence(rng)})
+        msgs.append(
+            {"role": "system", "content": f"You are a helpful assistant for {rng.choice(TOPICS)}. " + _sentence(rng)}
+        )
     for _ in range(rng.randint(1, 6)):
         msgs.append({"role": "user", "content": _text(rng, rng.randint(4, 60))})
         msgs.append({"role": "assistant", "content": _text(rng, rng.randint(10, 120))})
@@ -103,8 +116,9 @@ def _chat_cases() -> list[dict[str, Any]]:
 def tools_chat(rng: random.Random, cases: list[dict[str, Any]]) -> dict[str, Any]:
     if rng.random() < 0.4:
         # Not tools_dict_arguments: vLLM's OpenAI schema refuses non-string tool-call arguments.
-        c = rng.choice([c for c in cases if c["id"].startswith(("tools_", "tool_"))
-                        and c["id"] != "tools_dict_arguments"])
+        c = rng.choice(
+            [c for c in cases if c["id"].startswith(("tools_", "tool_")) and c["id"] != "tools_dict_arguments"]
+        )
         return {"messages": c["messages"], "chat_params": c.get("chat_params", {})}
     from tests.chat_cases import TIME_TOOL, WEATHER_TOOL
 
@@ -114,11 +128,28 @@ def tools_chat(rng: random.Random, cases: list[dict[str, Any]]) -> dict[str, Any
         msgs.append({"role": "user", "content": f"What's the weather in {city}? " + _sentence(rng, 3, 12)})
         call_id = f"call{rng.randint(0, 99999):05d}"
         args = {"city": city, "unit": rng.choice(["celsius", "fahrenheit"])}
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(args)}}]})
-        msgs.append({"role": "tool", "tool_call_id": call_id,
-                     "content": json.dumps({"temperature": rng.randint(-20, 40), "condition": rng.choice(
-                         ["sunny", "cloudy", "rain", "snow"])})})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": json.dumps(args)},
+                    }
+                ],
+            }
+        )
+        msgs.append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": json.dumps(
+                    {"temperature": rng.randint(-20, 40), "condition": rng.choice(["sunny", "cloudy", "rain", "snow"])}
+                ),
+            }
+        )
         msgs.append({"role": "assistant", "content": _text(rng, rng.randint(5, 40))})
     msgs.append({"role": "user", "content": "And the time there? " + _sentence(rng, 3, 10)})
     return {"messages": msgs, "chat_params": {"tools": [WEATHER_TOOL, TIME_TOOL]}}
@@ -134,8 +165,10 @@ def completion_entry(prompt: str) -> dict[str, Any]:
 
 def chat_entry(req: dict[str, Any]) -> dict[str, Any]:
     # Every entry carries chat_params ("{}" when none) so all entries have the same inputs.
-    return {"messages": _bytes(json.dumps(req["messages"], ensure_ascii=False)),
-            "chat_params": _bytes(json.dumps(req.get("chat_params") or {}, ensure_ascii=False))}
+    return {
+        "messages": _bytes(json.dumps(req["messages"], ensure_ascii=False)),
+        "chat_params": _bytes(json.dumps(req.get("chat_params") or {}, ensure_ascii=False)),
+    }
 
 
 def build() -> dict[str, dict[str, Any]]:
@@ -186,8 +219,12 @@ def load(name: str) -> list[dict[str, Any]]:
         if "prompt" in e:
             out.append({"prompt": e["prompt"]["content"][0]})
         else:
-            out.append({"messages": json.loads(e["messages"]["content"][0]),
-                        "chat_params": json.loads(e["chat_params"]["content"][0])})
+            out.append(
+                {
+                    "messages": json.loads(e["messages"]["content"][0]),
+                    "chat_params": json.loads(e["chat_params"]["content"][0]),
+                }
+            )
     return out
 
 

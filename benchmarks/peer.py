@@ -48,8 +48,19 @@ class PeerServer:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        return [str(PYTHON), str(ROOT / "benchmarks" / "vllm_launcher.py"), "launch", "render", self.model_dir,
-                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(MAX_MODEL_LEN)]
+        return [
+            str(PYTHON),
+            str(ROOT / "benchmarks" / "vllm_launcher.py"),
+            "launch",
+            "render",
+            self.model_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+        ]
 
     def ready(self) -> bool:
         try:
@@ -62,11 +73,17 @@ class PeerServer:
         if self.ready():
             raise RuntimeError(f"something already answers on {self.url}; not starting a second peer there")
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT),
-                   VLLM_USE_FASTOKENS="1" if self.fastokens else "0")
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONPATH=str(ROOT),
+            VLLM_USE_FASTOKENS="1" if self.fastokens else "0",
+        )
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=ROOT)
+            self.proc = subprocess.Popen(
+                self.command(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

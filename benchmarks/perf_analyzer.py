@@ -31,15 +31,38 @@ LIBS = {"libb64.so.0d": "libb64-", "libcudart.so.12": "libcudart-"}
 
 # On these noisy 2-core machines: windows of a fixed request count, a loose stability bar.
 # BENCH_PA_REQUESTS lengthens the windows (steadier numbers on a quiet machine, longer run).
-STABLE_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count",
-               os.environ.get("BENCH_PA_REQUESTS", "300"),
-               "--stability-percentage", "50", "--max-trials", "6"]
-QUICK_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count", "100",
-              "--stability-percentage", "80", "--max-trials", "3"]
+STABLE_ARGS = [
+    "--measurement-mode",
+    "count_windows",
+    "--measurement-request-count",
+    os.environ.get("BENCH_PA_REQUESTS", "300"),
+    "--stability-percentage",
+    "50",
+    "--max-trials",
+    "6",
+]
+QUICK_ARGS = [
+    "--measurement-mode",
+    "count_windows",
+    "--measurement-request-count",
+    "100",
+    "--stability-percentage",
+    "80",
+    "--max-trials",
+    "3",
+]
 # One round of the head-to-head (benchmarks/head_to_head.py): short windows, many rounds; the medians
 # over rounds carry the weight, not one long run.
-ROUND_ARGS = ["--measurement-mode", "count_windows", "--measurement-request-count", "400",
-              "--stability-percentage", "50", "--max-trials", "3"]
+ROUND_ARGS = [
+    "--measurement-mode",
+    "count_windows",
+    "--measurement-request-count",
+    "400",
+    "--stability-percentage",
+    "50",
+    "--max-trials",
+    "3",
+]
 
 
 def install_dir() -> Path:
@@ -68,8 +91,21 @@ def install(quiet: bool = False) -> Path:
     if not exe.exists():
         (target / "bin").mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                            "--only-binary=:all:", WHEEL, "-d", tmp], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    WHEEL,
+                    "-d",
+                    tmp,
+                ],
+                check=True,
+            )
             wheels = list(Path(tmp).glob("tritonclient-2.51.0-*.whl"))
             if not wheels:
                 raise SystemExit(f"pip download {WHEEL} gave no wheel")
@@ -111,14 +147,39 @@ class Row:
     p99_ms: float
 
 
-def run(model: str, url: str, protocol: str, input_data: Path, concurrency: int, *, quick: bool = False,
-        extra: list[str] | None = None, timeout_s: float = 180.0, log: Path | None = None,
-        window: list[str] | None = None) -> Row:
+def run(
+    model: str,
+    url: str,
+    protocol: str,
+    input_data: Path,
+    concurrency: int,
+    *,
+    quick: bool = False,
+    extra: list[str] | None = None,
+    timeout_s: float = 180.0,
+    log: Path | None = None,
+    window: list[str] | None = None,
+) -> Row:
     """One perf_analyzer run at one concurrency; returns its row (raises with the output on failure)."""
     with tempfile.TemporaryDirectory() as tmp:
         out_csv = Path(tmp) / "pa.csv"
-        cmd = [str(binary()), "-m", model, "-u", url, "-i", protocol, "--input-data", str(input_data),
-               "--concurrency-range", f"{concurrency}:{concurrency}", "-f", str(out_csv), "--percentile", "50"]
+        cmd = [
+            str(binary()),
+            "-m",
+            model,
+            "-u",
+            url,
+            "-i",
+            protocol,
+            "--input-data",
+            str(input_data),
+            "--concurrency-range",
+            f"{concurrency}:{concurrency}",
+            "-f",
+            str(out_csv),
+            "--percentile",
+            "50",
+        ]
         cmd += (window or (QUICK_ARGS if quick else STABLE_ARGS)) + list(extra or [])
         try:
             proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout_s)
@@ -128,8 +189,9 @@ def run(model: str, url: str, protocol: str, input_data: Path, concurrency: int,
             with open(log, "a") as f:
                 f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr + "\n")
         if proc.returncode != 0 or not out_csv.exists():
-            raise RuntimeError(f"perf_analyzer failed ({proc.returncode}): {' '.join(cmd)}\n"
-                               f"{(proc.stdout + proc.stderr)[-3000:]}")
+            raise RuntimeError(
+                f"perf_analyzer failed ({proc.returncode}): {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}"
+            )
         return parse_csv(out_csv.read_text())[0]
 
 
@@ -137,8 +199,15 @@ def parse_csv(text: str) -> list[Row]:
     rows = []
     for r in csv.DictReader(io.StringIO(text)):
         us = lambda k: float(r[k]) / 1000.0  # noqa: E731 - perf_analyzer writes microseconds
-        rows.append(Row(int(r["Concurrency"]), float(r["Inferences/Second"]), us("p50 latency"),
-                        us("p90 latency"), us("p99 latency")))
+        rows.append(
+            Row(
+                int(r["Concurrency"]),
+                float(r["Inferences/Second"]),
+                us("p50 latency"),
+                us("p90 latency"),
+                us("p99 latency"),
+            )
+        )
     return rows
 
 

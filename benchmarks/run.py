@@ -53,8 +53,18 @@ from benchmarks import perf_analyzer as pa
 from benchmarks import peer as peer_mod
 
 from benchmarks.layout import (
-    ALL_INPUTS, BUILD, EXTRA_INPUTS, FLOOR_PORT, GRPC_PORT, HTTP_PORT, MAIN_INPUTS, METRICS_PORT, PEER_FASTOKENS_PORT,
-    PEER_PORT, ROOT, WORK,
+    ALL_INPUTS,
+    BUILD,
+    EXTRA_INPUTS,
+    FLOOR_PORT,
+    GRPC_PORT,
+    HTTP_PORT,
+    MAIN_INPUTS,
+    METRICS_PORT,
+    PEER_FASTOKENS_PORT,
+    PEER_PORT,
+    ROOT,
+    WORK,
 )
 
 
@@ -92,26 +102,75 @@ class Plan:
         out = WORK / "quick" if quick else ROOT / "benchmarks" / "results"
         doc = Path(docs) if docs else (None if quick else ROOT / "docs" / "PERFORMANCE.md")
         if quick:
-            return cls(True, [1, 8], ["grpc", "http"], [], 8, [], 8, [8], 3, 16, 1.0, [4], 2.0, 1, [1, 8],
-                       peer, reason, out, doc)
-        return cls(False, [1, 2, 4, 8, 16], ["grpc", "http"], EXTRA_INPUTS, 8,
-                   [{"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 0,
-                     "tokenizer_backend": "huggingface"},
-                    {"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 0},
-                    {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0},
-                    {"tokenize_instances": 3, "chat_render_instances": 3, "max_queue_delay_us": 0},
-                    {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 200},
-                    {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 1000}],
-                   8, [1, 8, 16], 8, 16, 3.0, [1, 8], 4.0, 5, [1, 8, 16], peer, reason, out, doc)
+            return cls(
+                True,
+                [1, 8],
+                ["grpc", "http"],
+                [],
+                8,
+                [],
+                8,
+                [8],
+                3,
+                16,
+                1.0,
+                [4],
+                2.0,
+                1,
+                [1, 8],
+                peer,
+                reason,
+                out,
+                doc,
+            )
+        return cls(
+            False,
+            [1, 2, 4, 8, 16],
+            ["grpc", "http"],
+            EXTRA_INPUTS,
+            8,
+            [
+                {
+                    "tokenize_instances": 2,
+                    "chat_render_instances": 3,
+                    "max_queue_delay_us": 0,
+                    "tokenizer_backend": "huggingface",
+                },
+                {"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 0},
+                {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0},
+                {"tokenize_instances": 3, "chat_render_instances": 3, "max_queue_delay_us": 0},
+                {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 200},
+                {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 1000},
+            ],
+            8,
+            [1, 8, 16],
+            8,
+            16,
+            3.0,
+            [1, 8],
+            4.0,
+            5,
+            [1, 8, 16],
+            peer,
+            reason,
+            out,
+            doc,
+        )
 
 
 def server_settings(**overrides: Any) -> Any:
     from serving import launch
 
     base = launch.Settings.from_env()
-    fields = dict(http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT, openai_port=0,
-                  build_dir=str(WORK / "server"), models_dir=str(BUILD / "models"),
-                  models="render_completion,render_chat,chat")
+    fields = dict(
+        http_port=HTTP_PORT,
+        grpc_port=GRPC_PORT,
+        metrics_port=METRICS_PORT,
+        openai_port=0,
+        build_dir=str(WORK / "server"),
+        models_dir=str(BUILD / "models"),
+        models="render_completion,render_chat,chat",
+    )
     fields.update(overrides)
     return dataclasses.replace(base, **fields)
 
@@ -126,19 +185,45 @@ def log(msg: str) -> None:
 
 # --- pieces ------------------------------------------------------------------------------------
 
-def pa_row(model: str, protocol: str, input_name: str, conc: int, quick: bool, url: str | None = None,
-           extra: list[str] | None = None, label: str | None = None, window: list[str] | None = None) -> dict[str, Any]:
+
+def pa_row(
+    model: str,
+    protocol: str,
+    input_name: str,
+    conc: int,
+    quick: bool,
+    url: str | None = None,
+    extra: list[str] | None = None,
+    label: str | None = None,
+    window: list[str] | None = None,
+) -> dict[str, Any]:
     url = url or f"127.0.0.1:{GRPC_PORT if protocol == 'grpc' else HTTP_PORT}"
     data = make_inputs.path_of(input_name)
     if extra and "openai" in extra:
         data = openai_inputs(input_name, "peer" if label == "peer" else "triton")
-    base = {"model": model, "protocol": protocol, "input": input_name, "concurrency": conc,
-            "driver": label or f"perf_analyzer {protocol}"}
+    base = {
+        "model": model,
+        "protocol": protocol,
+        "input": input_name,
+        "concurrency": conc,
+        "driver": label or f"perf_analyzer {protocol}",
+    }
     try:
-        r = pa.run(model, url, "http" if protocol == "openai" else protocol, data, conc, quick=quick, extra=extra,
-                   log=WORK / "perf_analyzer.log", window=window)
+        r = pa.run(
+            model,
+            url,
+            "http" if protocol == "openai" else protocol,
+            data,
+            conc,
+            quick=quick,
+            extra=extra,
+            log=WORK / "perf_analyzer.log",
+            window=window,
+        )
         base.update(requests_per_s=r.throughput, p50_ms=r.p50_ms, p90_ms=r.p90_ms, p99_ms=r.p99_ms)
-        log(f"  {base['driver']:<34} {model:<18} {input_name:<17} c={conc:<3} {r.throughput:8.1f} req/s  p50 {r.p50_ms:6.2f} ms")
+        log(
+            f"  {base['driver']:<34} {model:<18} {input_name:<17} c={conc:<3} {r.throughput:8.1f} req/s  p50 {r.p50_ms:6.2f} ms"
+        )
     except Exception as e:  # noqa: BLE001 - one failed measurement is recorded, the run goes on
         base["error"] = str(e)[-1500:]
         log(f"  FAILED {base['driver']} {model} {input_name} c={conc}: {str(e).splitlines()[0]}")
@@ -173,18 +258,44 @@ def expected_ids(names: list[str]) -> dict[str, list[list[int]]]:
         for name in names:
             ids = []
             for r in make_inputs.load(name):
-                res = (c.render_completion(r["prompt"]) if "prompt" in r
-                       else c.render_chat(r["messages"], chat_params=r.get("chat_params") or None))
+                res = (
+                    c.render_completion(r["prompt"])
+                    if "prompt" in r
+                    else c.render_chat(r["messages"], chat_params=r.get("chat_params") or None)
+                )
                 ids.append(res.input_ids)
             out[name] = ids
     return out
 
 
-def loadgen_row(target: str, url: str, input_name: str, conc: int, seconds: float,
-                max_requests: int | None = None, warmup_s: float = 0.5) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "benchmarks.loadgen", "--target", target, "--url", url, "--input", input_name,
-           "--expected", str(WORK / "expected_ids.json"), "--concurrency", str(conc), "--seconds", str(seconds),
-           "--warmup-s", str(warmup_s)]
+def loadgen_row(
+    target: str,
+    url: str,
+    input_name: str,
+    conc: int,
+    seconds: float,
+    max_requests: int | None = None,
+    warmup_s: float = 0.5,
+) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.loadgen",
+        "--target",
+        target,
+        "--url",
+        url,
+        "--input",
+        input_name,
+        "--expected",
+        str(WORK / "expected_ids.json"),
+        "--concurrency",
+        str(conc),
+        "--seconds",
+        str(seconds),
+        "--warmup-s",
+        str(warmup_s),
+    ]
     if max_requests:
         cmd += ["--max-requests", str(max_requests)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -194,9 +305,11 @@ def loadgen_row(target: str, url: str, input_name: str, conc: int, seconds: floa
         return {"target": target, "input": input_name, "concurrency": conc, "error": proc.stderr[-1500:]}
     row["driver"] = f"loadgen -> {'vLLM render' if target == 'peer' else 'Triton generate'}"
     if row.get("requests_per_s") is not None and max_requests is None:
-        log(f"  {row['driver']:<34} {input_name:<17} c={conc:<3} {row['requests_per_s']:8.1f} req/s  "
+        log(
+            f"  {row['driver']:<34} {input_name:<17} c={conc:<3} {row['requests_per_s']:8.1f} req/s  "
             f"p50 {row['p50_ms']:6.2f} ms  checked {row['checked']} mismatched {row['mismatched']} "
-            f"client {row['client_cpu_us_per_request']:.0f} us CPU/req")
+            f"client {row['client_cpu_us_per_request']:.0f} us CPU/req"
+        )
     return row
 
 
@@ -204,15 +317,20 @@ def streaming(n: int, max_tokens: int) -> dict[str, Any]:
     """The ``chat`` ensemble over a gRPC stream, one request at a time: time to first piece, total."""
     from client import RendererClient
 
-    prompts = [r["prompt"] for r in make_inputs.load("completion_short")[:n + 1]]
+    prompts = [r["prompt"] for r in make_inputs.load("completion_short")[: n + 1]]
     ttft, total, pieces = [], [], []
     with RendererClient(f"127.0.0.1:{GRPC_PORT}", "grpc", timeout_s=300) as c:
         for i, p in enumerate(prompts):
             t0 = time.perf_counter()
             first = None
             count = 0
-            for _ in c.generate("chat", messages=[{"role": "user", "content": p}], max_tokens=max_tokens,
-                                stream=True, sampling_params={"temperature": 0}):
+            for _ in c.generate(
+                "chat",
+                messages=[{"role": "user", "content": p}],
+                max_tokens=max_tokens,
+                stream=True,
+                sampling_params={"temperature": 0},
+            ):
                 if first is None:
                     first = time.perf_counter() - t0
                 count += 1
@@ -221,11 +339,19 @@ def streaming(n: int, max_tokens: int) -> dict[str, Any]:
             ttft.append(first * 1000)
             total.append((time.perf_counter() - t0) * 1000)
             pieces.append(count)
-    return {"model": "chat", "protocol": "grpc stream", "concurrency": 1, "requests": len(ttft),
-            "max_tokens": max_tokens, "input": "completion_short prompts as single user turns",
-            "ttft_p50_ms": statistics.median(ttft), "ttft_max_ms": max(ttft),
-            "total_p50_ms": statistics.median(total), "total_max_ms": max(total),
-            "pieces_p50": statistics.median(pieces)}
+    return {
+        "model": "chat",
+        "protocol": "grpc stream",
+        "concurrency": 1,
+        "requests": len(ttft),
+        "max_tokens": max_tokens,
+        "input": "completion_short prompts as single user turns",
+        "ttft_p50_ms": statistics.median(ttft),
+        "ttft_max_ms": max(ttft),
+        "total_p50_ms": statistics.median(total),
+        "total_max_ms": max(total),
+        "pieces_p50": statistics.median(pieces),
+    }
 
 
 def floor_templates() -> Path:
@@ -269,6 +395,7 @@ def run_floor(plan: Plan) -> list[dict[str, Any]]:
 
 # --- the run -----------------------------------------------------------------------------------
 
+
 def describe(plan: Plan) -> list[str]:
     s = server_settings()
     lines = [
@@ -283,45 +410,71 @@ def describe(plan: Plan) -> list[str]:
     ]
     for model, name in MAIN_INPUTS.items():
         for proto in plan.protocols:
-            lines.append(f"2. perf_analyzer -m {model} -i {proto} --input-data {name}.json at concurrency {plan.concurrency}")
-        lines.append(f"2. perf_analyzer --service-kind openai --endpoint v2/models/{model}/generate ({name}) "
-                     f"at concurrency {plan.concurrency}")
-        lines.append(f"2. loadgen -> Triton generate {model} ({name}) at concurrency {plan.loadgen_concurrency}, "
-                     f"{plan.loadgen_seconds}s each, every response's ids checked")
+            lines.append(
+                f"2. perf_analyzer -m {model} -i {proto} --input-data {name}.json at concurrency {plan.concurrency}"
+            )
+        lines.append(
+            f"2. perf_analyzer --service-kind openai --endpoint v2/models/{model}/generate ({name}) "
+            f"at concurrency {plan.concurrency}"
+        )
+        lines.append(
+            f"2. loadgen -> Triton generate {model} ({name}) at concurrency {plan.loadgen_concurrency}, "
+            f"{plan.loadgen_seconds}s each, every response's ids checked"
+        )
     for name in plan.extra_inputs:
-        lines.append(f"2. perf_analyzer -m {make_inputs.model_of(name)} -i grpc --input-data {name}.json "
-                     f"at concurrency {plan.extra_concurrency}")
-    lines.append(f"2. chat ensemble streaming over gRPC: {plan.stream_requests} requests, "
-                 f"max_tokens {plan.stream_max_tokens}, time to first token and total")
+        lines.append(
+            f"2. perf_analyzer -m {make_inputs.model_of(name)} -i grpc --input-data {name}.json "
+            f"at concurrency {plan.extra_concurrency}"
+        )
+    lines.append(
+        f"2. chat ensemble streaming over gRPC: {plan.stream_requests} requests, "
+        f"max_tokens {plan.stream_max_tokens}, time to first token and total"
+    )
     if plan.scaling:
         for cfg in plan.scaling:
-            lines.append(f"3. restart with {cfg}: perf_analyzer grpc both models at concurrency {plan.scaling_concurrency}")
+            lines.append(
+                f"3. restart with {cfg}: perf_analyzer grpc both models at concurrency {plan.scaling_concurrency}"
+            )
     else:
         lines.append("3. scaling: skipped in quick mode")
-    lines.append(f"3. floor: tokenize / chat_render replaced by benchmarks/floor stand-ins, perf_analyzer "
-                 f"{', '.join(plan.protocols)} at concurrency {plan.floor_concurrency}")
-    lines.append(f"4. in-process baselines ({plan.inprocess_seconds}s each): transformers, ours"
-                 + (", vLLM (peer venv)" if plan.peer else ""))
+    lines.append(
+        f"3. floor: tokenize / chat_render replaced by benchmarks/floor stand-ins, perf_analyzer "
+        f"{', '.join(plan.protocols)} at concurrency {plan.floor_concurrency}"
+    )
+    lines.append(
+        f"4. in-process baselines ({plan.inprocess_seconds}s each): transformers, ours"
+        + (", vLLM (peer venv)" if plan.peer else "")
+    )
     if plan.peer:
-        lines.append(f"5. peer: vllm launch render on 127.0.0.1:{PEER_PORT} --max-model-len {peer_mod.MAX_MODEL_LEN}; "
-                     f"every request of {len(ALL_INPUTS)} inputs once, ids checked against ours; "
-                     f"perf_analyzer openai kind at {plan.concurrency}; loadgen at {plan.loadgen_concurrency}; "
-                     "then all of it again with VLLM_USE_FASTOKENS=1")
+        lines.append(
+            f"5. peer: vllm launch render on 127.0.0.1:{PEER_PORT} --max-model-len {peer_mod.MAX_MODEL_LEN}; "
+            f"every request of {len(ALL_INPUTS)} inputs once, ids checked against ours; "
+            f"perf_analyzer openai kind at {plan.concurrency}; loadgen at {plan.loadgen_concurrency}; "
+            "then all of it again with VLLM_USE_FASTOKENS=1"
+        )
     else:
         lines.append(f"5. peer: skipped ({plan.peer_reason})")
     if plan.peer:
-        lines.append(f"6. head-to-head: our server, the floor on {FLOOR_PORT}, vLLM on {PEER_PORT} and vLLM on "
-                     f"fastokens on {PEER_FASTOKENS_PORT} up at once; {plan.h2h_rounds} rounds alternating ours "
-                     "(grpc, http), the floor (grpc) and both peers, both "
-                     f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; medians")
-        lines.append("7. chat on vLLM's engine (LLM_ENGINE=vllm) vs vllm serve alone, same model and requests, each "
-                     "target alone, alternating rounds (benchmarks/engine_vllm.py)")
+        lines.append(
+            f"6. head-to-head: our server, the floor on {FLOOR_PORT}, vLLM on {PEER_PORT} and vLLM on "
+            f"fastokens on {PEER_FASTOKENS_PORT} up at once; {plan.h2h_rounds} rounds alternating ours "
+            "(grpc, http), the floor (grpc) and both peers, both "
+            f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; medians"
+        )
+        lines.append(
+            "7. chat on vLLM's engine (LLM_ENGINE=vllm) vs vllm serve alone, same model and requests, each "
+            "target alone, alternating rounds (benchmarks/engine_vllm.py)"
+        )
     else:
         lines.append("6. head-to-head: skipped (needs the peer)")
         lines.append("7. vLLM engine: skipped (needs vLLM's environment)")
-    lines.append("8. the OpenAI front: genai-perf's OpenAI chat load on it and the same load on Triton's gRPC "
-                 "(benchmarks/openai_front.py)")
-    lines.append("9. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""))
+    lines.append(
+        "8. the OpenAI front: genai-perf's OpenAI chat load on it and the same load on Triton's gRPC "
+        "(benchmarks/openai_front.py)"
+    )
+    lines.append(
+        "9. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else "")
+    )
     return lines
 
 
@@ -334,16 +487,32 @@ def run(plan: Plan) -> dict[str, Any]:
     pa.install(quiet=True)
     t_start = time.time()
     res: dict[str, Any] = {
-        "quick": plan.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "loadavg_at_start": os.getloadavg()},
+        "quick": plan.quick,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg(),
+        },
         "perf_analyzer": {"version": pa.version(), "args": pa.QUICK_ARGS if plan.quick else pa.STABLE_ARGS},
-        "plan": describe(plan), "sweep": [], "openai_sweep": [], "extra": [], "loadgen": [], "streaming": None,
-        "scaling": [], "floor": [], "inprocess": None, "peer": {"status": "skipped", "reason": plan.peer_reason},
+        "plan": describe(plan),
+        "sweep": [],
+        "openai_sweep": [],
+        "extra": [],
+        "loadgen": [],
+        "streaming": None,
+        "scaling": [],
+        "floor": [],
+        "inprocess": None,
+        "peer": {"status": "skipped", "reason": plan.peer_reason},
     }
     settings = server_settings()
-    res["settings"] = {k: v for k, v in dataclasses.asdict(settings).items()
-                       if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_verbose")}
+    res["settings"] = {
+        k: v
+        for k, v in dataclasses.asdict(settings).items()
+        if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_verbose")
+    }
 
     # 1-2. our server, default settings
     log(f"starting our server ({settings.models}) on {HTTP_PORT}/{GRPC_PORT}/{METRICS_PORT}")
@@ -358,9 +527,18 @@ def run(plan: Plan) -> dict[str, Any]:
                 for c in plan.concurrency:
                     res["sweep"].append(pa_row(model, proto, name, c, plan.quick))
             for c in plan.concurrency:
-                res["openai_sweep"].append(pa_row(model, "openai", name, c, plan.quick,
-                                                  url=f"127.0.0.1:{HTTP_PORT}", label="perf_analyzer JSON -> Triton generate",
-                                                  extra=openai_extra(f"v2/models/{model}/generate")))
+                res["openai_sweep"].append(
+                    pa_row(
+                        model,
+                        "openai",
+                        name,
+                        c,
+                        plan.quick,
+                        url=f"127.0.0.1:{HTTP_PORT}",
+                        label="perf_analyzer JSON -> Triton generate",
+                        extra=openai_extra(f"v2/models/{model}/generate"),
+                    )
+                )
             for c in plan.loadgen_concurrency:
                 res["loadgen"].append(loadgen_row("triton", f"127.0.0.1:{HTTP_PORT}", name, c, plan.loadgen_seconds))
         for name in plan.extra_inputs:
@@ -368,14 +546,23 @@ def run(plan: Plan) -> dict[str, Any]:
         log("chat ensemble streaming over gRPC")
         try:
             res["streaming"] = streaming(plan.stream_requests, plan.stream_max_tokens)
-            log(f"  ttft p50 {res['streaming']['ttft_p50_ms']:.0f} ms, total p50 {res['streaming']['total_p50_ms']:.0f} ms")
+            log(
+                f"  ttft p50 {res['streaming']['ttft_p50_ms']:.0f} ms, total p50 {res['streaming']['total_p50_ms']:.0f} ms"
+            )
         except Exception as e:  # noqa: BLE001
             res["streaming"] = {"error": str(e)}
     finally:
         launch.stop(settings)
-    res["sweep_settings"] = {k: res["settings"][k] for k in ("tokenize_instances", "chat_render_instances",
-                                                              "max_queue_delay_us", "max_batch_size",
-                                                              "tokenizer_backend")}
+    res["sweep_settings"] = {
+        k: res["settings"][k]
+        for k in (
+            "tokenize_instances",
+            "chat_render_instances",
+            "max_queue_delay_us",
+            "max_batch_size",
+            "tokenizer_backend",
+        )
+    }
 
     # 3. scaling
     for cfg in plan.scaling:
@@ -395,8 +582,18 @@ def run(plan: Plan) -> dict[str, Any]:
 
     # 4. in-process baselines (no server running)
     log("in-process baselines")
-    cmd = [sys.executable, "-m", "benchmarks.inprocess", "--model-dir", model_dir(), "--seconds",
-           str(plan.inprocess_seconds), "--expected", str(WORK / "expected_ids.json"), *MAIN_INPUTS.values()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.inprocess",
+        "--model-dir",
+        model_dir(),
+        "--seconds",
+        str(plan.inprocess_seconds),
+        "--expected",
+        str(WORK / "expected_ids.json"),
+        *MAIN_INPUTS.values(),
+    ]
     if plan.peer:
         cmd += ["--vllm-python", str(peer_mod.PYTHON)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -438,8 +635,16 @@ def run(plan: Plan) -> dict[str, Any]:
 def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
     engine = "fastokens (VLLM_USE_FASTOKENS=1)" if fastokens else "Hugging Face tokenizers (default)"
     label = "vLLM render, fastokens" if fastokens else "vLLM render"
-    out: dict[str, Any] = {"status": "ran", "version": peer_mod.version(), "port": PEER_PORT, "engine": engine,
-                           "max_model_len": peer_mod.MAX_MODEL_LEN, "verify": [], "sweep": [], "loadgen": []}
+    out: dict[str, Any] = {
+        "status": "ran",
+        "version": peer_mod.version(),
+        "port": PEER_PORT,
+        "engine": engine,
+        "max_model_len": peer_mod.MAX_MODEL_LEN,
+        "verify": [],
+        "sweep": [],
+        "loadgen": [],
+    }
     srv = peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render.log", fastokens=fastokens)
     log(f"starting the peer ({engine}): {' '.join(srv.command()[1:])}")
     t0 = time.time()
@@ -454,12 +659,17 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
             n = len(make_inputs.load(name))
             row = loadgen_row("peer", srv.url, name, 4, 600, max_requests=n, warmup_s=0)
             out["verify"].append(row)
-            log(f"  {name:<17} checked {row.get('checked')} mismatched {row.get('mismatched')} errors {row.get('errors')}")
+            log(
+                f"  {name:<17} checked {row.get('checked')} mismatched {row.get('mismatched')} errors {row.get('errors')}"
+            )
         for model, name in MAIN_INPUTS.items():
             endpoint = peer_endpoint(model)
             for c in plan.concurrency:
-                out["sweep"].append(pa_row(model, "openai", name, c, plan.quick, url=srv.url, label="peer",
-                                           extra=openai_extra(endpoint)))
+                out["sweep"].append(
+                    pa_row(
+                        model, "openai", name, c, plan.quick, url=srv.url, label="peer", extra=openai_extra(endpoint)
+                    )
+                )
             for c in plan.loadgen_concurrency:
                 out["loadgen"].append(loadgen_row("peer", srv.url, name, c, plan.loadgen_seconds))
         for r in out["sweep"]:
@@ -476,12 +686,23 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
     from serving import launch
 
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
-    fs = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-floor-server"),
-                         http_port=FLOOR_PORT, grpc_port=FLOOR_PORT + 1, metrics_port=FLOOR_PORT + 2)
-    peers = [("vllm", "peer", peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render-h2h.log")),
-             ("vllm fastokens", "peer_fastokens",
-              peer_mod.PeerServer(model_dir(), PEER_FASTOKENS_PORT, log=WORK / "vllm-render-h2h-fastokens.log",
-                                  fastokens=True))]
+    fs = server_settings(
+        models="render_completion,render_chat",
+        build_dir=str(WORK / "h2h-floor-server"),
+        http_port=FLOOR_PORT,
+        grpc_port=FLOOR_PORT + 1,
+        metrics_port=FLOOR_PORT + 2,
+    )
+    peers = [
+        ("vllm", "peer", peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render-h2h.log")),
+        (
+            "vllm fastokens",
+            "peer_fastokens",
+            peer_mod.PeerServer(
+                model_dir(), PEER_FASTOKENS_PORT, log=WORK / "vllm-render-h2h-fastokens.log", fastokens=True
+            ),
+        ),
+    ]
     log(f"head-to-head: our server, the floor and both peers up at once, {plan.h2h_rounds} alternating rounds")
     if launch.start(s) != 0:
         return {"error": f"our server did not start; see {s.log_file}"}
@@ -496,22 +717,44 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
             started.append(p)
 
         def ours(proto: str) -> h2h.Measure:
-            return lambda model, name, c: pa_row(model, proto, name, c, plan.quick, window=pa.ROUND_ARGS,
-                                                 label=f"head-to-head, ours {proto}")
+            return lambda model, name, c: pa_row(
+                model, proto, name, c, plan.quick, window=pa.ROUND_ARGS, label=f"head-to-head, ours {proto}"
+            )
 
         def theirs(p: peer_mod.PeerServer, label: str) -> h2h.Measure:
             def measure(model: str, name: str, c: int) -> dict[str, Any]:
-                row = pa_row(model, "openai", name, c, plan.quick, url=p.url, label="peer",
-                             extra=openai_extra(peer_endpoint(model)), window=pa.ROUND_ARGS)
+                row = pa_row(
+                    model,
+                    "openai",
+                    name,
+                    c,
+                    plan.quick,
+                    url=p.url,
+                    label="peer",
+                    extra=openai_extra(peer_endpoint(model)),
+                    window=pa.ROUND_ARGS,
+                )
                 return dict(row, driver=f"head-to-head, {label}")
+
             return measure
 
         def floor(model: str, name: str, c: int) -> dict[str, Any]:
-            return pa_row(model, "grpc", name, c, plan.quick, url=f"127.0.0.1:{fs.grpc_port}", window=pa.ROUND_ARGS,
-                          label="head-to-head, floor grpc")
+            return pa_row(
+                model,
+                "grpc",
+                name,
+                c,
+                plan.quick,
+                url=f"127.0.0.1:{fs.grpc_port}",
+                window=pa.ROUND_ARGS,
+                label="head-to-head, floor grpc",
+            )
 
-        targets = [h2h.Target("ours grpc", "ours", ours("grpc")), h2h.Target("ours http", "ours", ours("http")),
-                   h2h.Target("floor grpc", "floor", floor)]
+        targets = [
+            h2h.Target("ours grpc", "ours", ours("grpc")),
+            h2h.Target("ours http", "ours", ours("http")),
+            h2h.Target("floor grpc", "floor", floor),
+        ]
         targets += [h2h.Target(name, side, theirs(p, name)) for name, side, p in peers]
         cases = [h2h.Case(model, name, c) for model, name in MAIN_INPUTS.items() for c in plan.h2h_concurrency]
         out = h2h.run(targets, cases, plan.h2h_rounds, progress=log)
@@ -549,8 +792,11 @@ def main(argv: list[str] | None = None) -> int:
         (plan.out_dir / "results.json").write_text(json.dumps(res, indent=1))
     summary = report.write_all(res, plan.out_dir, plan.docs)
     log(f"wrote {plan.out_dir / 'summary.json'}" + (f" and {plan.docs}" if plan.docs else ""))
-    print(json.dumps({k: v for k, v in summary.items() if k.endswith(("_vs_vllm", "_vs_inprocess", "p50_ms_c1"))},
-                     indent=1))
+    print(
+        json.dumps(
+            {k: v for k, v in summary.items() if k.endswith(("_vs_vllm", "_vs_inprocess", "p50_ms_c1"))}, indent=1
+        )
+    )
     return 0
 
 

@@ -43,7 +43,11 @@ def tree_rss_mb(root_pid: int) -> float:
     total = 0
     for p in pids:
         try:
-            total += int(next(ln for ln in Path(f"/proc/{p}/status").read_text().splitlines() if ln.startswith("VmRSS")).split()[1])
+            total += int(
+                next(ln for ln in Path(f"/proc/{p}/status").read_text().splitlines() if ln.startswith("VmRSS")).split()[
+                    1
+                ]
+            )
         except (OSError, StopIteration):
             pass
     return total / 1024
@@ -54,8 +58,13 @@ INVALID = [
     ("render_completion", {"prompt_token_ids": [1, -5]}),
     ("render_completion", {"prompt": "x", "tokenize_params": "{not json"}),
     ("render_chat", {"messages": '[{"role": "robot", "content": "x"}]'}),
-    ("render_chat", {"messages": '[{"role": "user", "content": "hi"}]',
-                     "chat_params": '{"chat_template": "{{ \'\'.__class__.__mro__ }}"}'}),
+    (
+        "render_chat",
+        {
+            "messages": '[{"role": "user", "content": "hi"}]',
+            "chat_params": '{"chat_template": "{{ \'\'.__class__.__mro__ }}"}',
+        },
+    ),
     ("render_chat", {"messages": "[]"}),
 ]
 
@@ -74,21 +83,25 @@ def mixer(s: Any, stop: threading.Event, stats: dict, hf: Any) -> None:
                 for k, v in fields.items():
                     if v is None:
                         continue
-                    tensors[k] = (np.array([v], np.int32) if isinstance(v, list)
-                                  else np.array([[v.encode()]], dtype=object))
+                    tensors[k] = (
+                        np.array([v], np.int32) if isinstance(v, list) else np.array([[v.encode()]], dtype=object)
+                    )
                 try:
                     c.infer(model, tensors)
                     stats["invalid_accepted"] += 1
                 except RequestError as e:
                     stats["invalid_400" if e.is_client_error else "invalid_other"] += 1
             else:
-                text = " ".join(rng.choice(["alpha", "beta", "中文", "🦩", "gamma"]) for _ in range(rng.randrange(1, 30)))
+                text = " ".join(
+                    rng.choice(["alpha", "beta", "中文", "🦩", "gamma"]) for _ in range(rng.randrange(1, 30))
+                )
                 try:
                     ok = c.render_completion(text).input_ids == hf(text).input_ids
                     msgs = [{"role": "user", "content": text}]
                     chat = c.render_chat(msgs)
-                    ok &= chat.input_ids == hf.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
-                                                                   return_dict=False)
+                    ok &= chat.input_ids == hf.apply_chat_template(
+                        msgs, tokenize=True, add_generation_prompt=True, return_dict=False
+                    )
                     stats["spot_ok" if ok else "spot_wrong"] += 1
                 except RequestError as e:
                     stats["spot_error"] += 1
@@ -106,8 +119,15 @@ def main(argv: list[str] | None = None) -> int:
 
     perf_analyzer.install(quiet=True)
     make_inputs.write()
-    s = replace(launch.Settings.from_env(), openai_port=0, build_dir=str(ROOT / "build" / "soak-server"),
-                http_port=PORT, grpc_port=PORT + 1, metrics_port=PORT + 2, models="render_chat,render_completion")
+    s = replace(
+        launch.Settings.from_env(),
+        openai_port=0,
+        build_dir=str(ROOT / "build" / "soak-server"),
+        http_port=PORT,
+        grpc_port=PORT + 1,
+        metrics_port=PORT + 2,
+        models="render_chat,render_completion",
+    )
     hf = AutoTokenizer.from_pretrained(s.resolved_model_dir)
     if launch.start(s) != 0:
         return 1
@@ -129,24 +149,46 @@ def main(argv: list[str] | None = None) -> int:
         sampler = threading.Thread(target=sample)
         sampler.start()
         procs = {}
-        for model, inputs, proto, port in (("render_chat", "chat_mix", "grpc", s.grpc_port),
-                                           ("render_completion", "completion_mix", "http", s.http_port)):
-            cmd = [str(perf_analyzer.binary()), "-m", model, "-u", f"127.0.0.1:{port}", "-i", proto,
-                   "--input-data", str(make_inputs.path_of(inputs)), "--concurrency-range",
-                   f"{a.concurrency // 2}:{a.concurrency // 2}", "--measurement-mode", "time_windows",
-                   # Three windows that always count as stable: one run of the whole duration.
-                   "--measurement-interval", str(a.seconds * 1000 // 3), "--stability-percentage", "999",
-                   "--max-trials", "3"]
-            procs[model] = subprocess.Popen(cmd, env=perf_analyzer.env(), stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT, text=True)
+        for model, inputs, proto, port in (
+            ("render_chat", "chat_mix", "grpc", s.grpc_port),
+            ("render_completion", "completion_mix", "http", s.http_port),
+        ):
+            cmd = [
+                str(perf_analyzer.binary()),
+                "-m",
+                model,
+                "-u",
+                f"127.0.0.1:{port}",
+                "-i",
+                proto,
+                "--input-data",
+                str(make_inputs.path_of(inputs)),
+                "--concurrency-range",
+                f"{a.concurrency // 2}:{a.concurrency // 2}",
+                "--measurement-mode",
+                "time_windows",
+                # Three windows that always count as stable: one run of the whole duration.
+                "--measurement-interval",
+                str(a.seconds * 1000 // 3),
+                "--stability-percentage",
+                "999",
+                "--max-trials",
+                "3",
+            ]
+            procs[model] = subprocess.Popen(
+                cmd, env=perf_analyzer.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
         for model, p in procs.items():
             out, _ = p.communicate(timeout=a.seconds * 3 + 120)
             lines = out.splitlines()
-            pa_runs[model] = {"returncode": p.returncode,
-                              "summary": next((ln.strip() for ln in reversed(lines) if "throughput:" in ln), None),
-                              "requests": next((ln.split(":")[1].strip() for ln in reversed(lines)
-                                                if "Successful request count" in ln), None),
-                              "errors_reported": [ln for ln in lines if "rror" in ln or "ailed" in ln][:5]}
+            pa_runs[model] = {
+                "returncode": p.returncode,
+                "summary": next((ln.strip() for ln in reversed(lines) if "throughput:" in ln), None),
+                "requests": next(
+                    (ln.split(":")[1].strip() for ln in reversed(lines) if "Successful request count" in ln), None
+                ),
+                "errors_reported": [ln for ln in lines if "rror" in ln or "ailed" in ln][:5],
+            }
     finally:
         stop.set()
         mix.join()
@@ -154,16 +196,27 @@ def main(argv: list[str] | None = None) -> int:
         ready = launch.is_ready(s)
         launch.stop(s)
     result = {
-        "seconds": a.seconds, "concurrency_per_model": a.concurrency // 2, "perf_analyzer": pa_runs,
-        "mixer": stats, "server_ready_at_end": ready,
-        "rss_mb_start": mem[0][1] if mem else None, "rss_mb_end": mem[-1][1] if mem else None,
-        "rss_mb_max": max((m for _, m in mem), default=None), "rss_samples": mem,
+        "seconds": a.seconds,
+        "concurrency_per_model": a.concurrency // 2,
+        "perf_analyzer": pa_runs,
+        "mixer": stats,
+        "server_ready_at_end": ready,
+        "rss_mb_start": mem[0][1] if mem else None,
+        "rss_mb_end": mem[-1][1] if mem else None,
+        "rss_mb_max": max((m for _, m in mem), default=None),
+        "rss_samples": mem,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "soak.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}, indent=1))
-    ok = (all(r["returncode"] == 0 for r in pa_runs.values()) and ready and stats["invalid_other"] == 0
-          and stats["invalid_accepted"] == 0 and stats["spot_wrong"] == 0 and stats["spot_error"] == 0)
+    ok = (
+        all(r["returncode"] == 0 for r in pa_runs.values())
+        and ready
+        and stats["invalid_other"] == 0
+        and stats["invalid_accepted"] == 0
+        and stats["spot_wrong"] == 0
+        and stats["spot_error"] == 0
+    )
     return 0 if ok else 1
 
 

@@ -34,8 +34,10 @@ def main(argv: list[str]) -> int:
             (out,) = renderer.render_cmpl([{"prompt": req["prompt"]}])
             return list(out["prompt_token_ids"])
         cp = dict(req.get("chat_params") or {})
-        kwargs = {"add_generation_prompt": cp.pop("add_generation_prompt", True),
-                  "continue_final_message": cp.pop("continue_final_message", False)}
+        kwargs = {
+            "add_generation_prompt": cp.pop("add_generation_prompt", True),
+            "continue_final_message": cp.pop("continue_final_message", False),
+        }
         if "tools" in cp:
             kwargs["tools"] = cp.pop("tools")
         kwargs.update(cp.pop("chat_template_kwargs", {}) or {})

@@ -2,5 +2,4 @@
 
 from .triton_client import ErrorKind, Generated, Rendered, RendererClient, RequestError, error_kind, triton_check_kind
 
-__all__ = ["ErrorKind", "Generated", "Rendered", "RendererClient", "RequestError", "error_kind",
-           "triton_check_kind"]
+__all__ = ["ErrorKind", "Generated", "Rendered", "RendererClient", "RequestError", "error_kind", "triton_check_kind"]

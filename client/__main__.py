@@ -1,9 +1,9 @@
 """CLI: render a prompt or chat and print its ids, or generate text (streaming or not).
 
-  python -m client render "Hello world"
-  python -m client render --chat '[{"role":"user","content":"Hi"}]'
-  python -m client generate "The capital of France is" --max-tokens 20 --stream
-  python -m client --protocol grpc --url 127.0.0.1:8001 generate --chat '[...]'
+python -m client render "Hello world"
+python -m client render --chat '[{"role":"user","content":"Hi"}]'
+python -m client generate "The capital of France is" --max-tokens 20 --stream
+python -m client --protocol grpc --url 127.0.0.1:8001 generate --chat '[...]'
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from .triton_client import RendererClient, RequestError
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m client", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--protocol", choices=["http", "grpc"], default="http")
     ap.add_argument("--url", default=None, help="host:port (default 127.0.0.1:8000 http, :8001 grpc)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -50,13 +51,22 @@ def main(argv: list[str] | None = None) -> int:
         with RendererClient(url, a.protocol) as c:
             if a.cmd == "render":
                 r = c.render_chat(**prompt) if a.chat else c.render_completion(**prompt)
-                print(json.dumps({"input_ids": r.input_ids, "token_offsets": r.token_offsets,
-                                  "rendered_prompt": r.rendered_prompt}, ensure_ascii=False))
+                print(
+                    json.dumps(
+                        {
+                            "input_ids": r.input_ids,
+                            "token_offsets": r.token_offsets,
+                            "rendered_prompt": r.rendered_prompt,
+                        },
+                        ensure_ascii=False,
+                    )
+                )
                 return 0
             sampling = json.loads(a.sampling_params) if a.sampling_params else None
             model = "chat" if a.chat else "completion"
-            for piece in c.generate(model, max_tokens=a.max_tokens, stream=a.stream,
-                                    sampling_params=sampling, **prompt):
+            for piece in c.generate(
+                model, max_tokens=a.max_tokens, stream=a.stream, sampling_params=sampling, **prompt
+            ):
                 sys.stdout.write(piece.text)
                 sys.stdout.flush()
             sys.stdout.write("\n")

@@ -18,8 +18,14 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
-_DTYPES = {np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL", np.dtype(np.object_): "BYTES",
-           np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.uint64): "UINT64"}
+_DTYPES = {
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.bool_): "BOOL",
+    np.dtype(np.object_): "BYTES",
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.uint64): "UINT64",
+}
 
 
 GRPC_STREAM_ERRORS = {"triton_grpc_error": "true"}
@@ -34,8 +40,19 @@ INVALID_ARGUMENT and kin), ``internal`` (a server fault: HTTP 500, gRPC INTERNAL
 SSE error event after the 200 header)."""
 
 _GRPC_KINDS: dict[str, ErrorKind] = {
-    **dict.fromkeys(("INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ALREADY_EXISTS",
-                     "UNIMPLEMENTED", "PERMISSION_DENIED", "UNAUTHENTICATED"), "client"),
+    **dict.fromkeys(
+        (
+            "INVALID_ARGUMENT",
+            "NOT_FOUND",
+            "OUT_OF_RANGE",
+            "FAILED_PRECONDITION",
+            "ALREADY_EXISTS",
+            "UNIMPLEMENTED",
+            "PERMISSION_DENIED",
+            "UNAUTHENTICATED",
+        ),
+        "client",
+    ),
     **dict.fromkeys(("INTERNAL", "UNKNOWN", "DATA_LOSS"), "internal"),
     **dict.fromkeys(("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED"), "unavailable"),
 }
@@ -48,7 +65,8 @@ _HTTP_UNAVAILABLE = {408, 429, 502, 503, 504}
 # a unary call and 400 / 404 over HTTP (tests/test_completion.py holds the two side by side). They
 # are recognised by Triton's wording; any other error without a code stays "unknown".
 _TRITON_REQUEST_CHECKS: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
-    (re.compile(r"^(\[request id: [^\]]*\] )?" + pattern), kind) for pattern, kind in (
+    (re.compile(r"^(\[request id: [^\]]*\] )?" + pattern), kind)
+    for pattern, kind in (
         (r"Request for unknown model: '", "client"),
         (r"expected number of inputs between \d+ and \d+ but got \d+ inputs for model '", "client"),
         (r"unexpected inference input '[^']*' for model '", "client"),
@@ -176,8 +194,9 @@ def chat_inputs(
     return t
 
 
-def generation_inputs(max_tokens: int, stream: bool = False,
-                      sampling_params: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+def generation_inputs(
+    max_tokens: int, stream: bool = False, sampling_params: Mapping[str, Any] | None = None
+) -> dict[str, np.ndarray]:
     t = {"max_tokens": np.array([[max_tokens]], dtype=np.int32), "stream": np.array([[stream]], dtype=np.bool_)}
     if sampling_params is not None:
         t["sampling_params"] = _json_arr(sampling_params)
@@ -195,9 +214,11 @@ class RendererClient:
         self.timeout_s = timeout_s
         if protocol == "http":
             import tritonclient.http as mod
+
             self._client = mod.InferenceServerClient(self.url, network_timeout=timeout_s, connection_timeout=timeout_s)
         else:
             import tritonclient.grpc as mod
+
             self._client = mod.InferenceServerClient(self.url)
         self._mod = mod
 
@@ -235,8 +256,11 @@ class RendererClient:
             res = self._client.infer(model, self._inputs(tensors))
         except InferenceServerException as e:
             raise RequestError(str(e.status()), e.message()) from None
-        names = [o["name"] for o in res.get_response()["outputs"]] if self.protocol == "http" else \
-            [o.name for o in res.get_response().outputs]
+        names = (
+            [o["name"] for o in res.get_response()["outputs"]]
+            if self.protocol == "http"
+            else [o.name for o in res.get_response().outputs]
+        )
         return {n: res.as_numpy(n)[0] for n in names}
 
     # --- render ----------------------------------------------------------------------------
@@ -256,8 +280,15 @@ class RendererClient:
         else:
             yield from self._stream_http(model, tensors)
 
-    def generate(self, model: str = "completion", *, max_tokens: int, stream: bool = False,
-                 sampling_params: Mapping[str, Any] | None = None, **prompt: Any) -> Iterator[Generated]:
+    def generate(
+        self,
+        model: str = "completion",
+        *,
+        max_tokens: int,
+        stream: bool = False,
+        sampling_params: Mapping[str, Any] | None = None,
+        **prompt: Any,
+    ) -> Iterator[Generated]:
         """Generate from ``completion`` (prompt kwargs) or ``chat`` (``messages=``...)."""
         make = chat_inputs if model == "chat" else completion_inputs
         tensors = {**make(**prompt), **generation_inputs(max_tokens, stream, sampling_params)}
@@ -274,8 +305,9 @@ class RendererClient:
                 try:
                     result, error = q.get(timeout=self.timeout_s)
                 except queue.Empty:
-                    raise RequestError("DEADLINE_EXCEEDED",
-                                       f"no response from '{model}' within {self.timeout_s} s") from None
+                    raise RequestError(
+                        "DEADLINE_EXCEEDED", f"no response from '{model}' within {self.timeout_s} s"
+                    ) from None
                 if error is not None:
                     # With GRPC_STREAM_ERRORS an error from a model ends the stream with its code;
                     # a request Triton refuses before any model runs comes without one.
@@ -294,8 +326,10 @@ class RendererClient:
     def _stream_http(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
         body = _generate_body(tensors)
         req = urllib.request.Request(
-            f"http://{self.url}/v2/models/{model}/generate_stream", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
+            f"http://{self.url}/v2/models/{model}/generate_stream",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
         )
         try:
             resp = urllib.request.urlopen(req, timeout=self.timeout_s)  # noqa: S310 (always http://)
@@ -322,8 +356,9 @@ def _generate_body(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     for name, arr in tensors.items():
         arr = np.asarray(arr)
         if arr.ndim == 0 or arr.shape[0] != 1:
-            raise ValueError(f"{name}: the HTTP generate endpoint takes a batch of exactly 1, got shape "
-                             f"{list(arr.shape)}; use gRPC")
+            raise ValueError(
+                f"{name}: the HTTP generate endpoint takes a batch of exactly 1, got shape {list(arr.shape)}; use gRPC"
+            )
         v = arr[0]
         if v.dtype == np.object_:
             if name == "prompt_embeds":

@@ -9,6 +9,12 @@ from .prompts import EngineInput, TextPrompt, TokenizedPrompt, TokensPrompt
 from .renderer import Renderer, RendererConfig
 
 __all__ = [
-    "EngineInput", "RenderError", "Renderer", "RendererConfig", "TextPrompt", "TokenizeParams",
-    "TokenizedPrompt", "TokensPrompt",
+    "EngineInput",
+    "RenderError",
+    "Renderer",
+    "RendererConfig",
+    "TextPrompt",
+    "TokenizeParams",
+    "TokenizedPrompt",
+    "TokensPrompt",
 ]

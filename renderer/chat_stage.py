@@ -93,8 +93,9 @@ class ChatStage:
         """``options``: further ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
         family = detect_family(model_dir)
         placeholder = load_family(model_dir).placeholder_text if family else None
-        chat = ChatRenderer.from_model_dir(model_dir, image_placeholder=placeholder,
-                                           mm_limits=chat_media_limits(family), **options)
+        chat = ChatRenderer.from_model_dir(
+            model_dir, image_placeholder=placeholder, mm_limits=chat_media_limits(family), **options
+        )
         return cls(chat, family)
 
     @property

@@ -104,11 +104,11 @@ class _SlowStream:
 
     def step(self, token_id: int) -> str:
         self._ids.append(int(token_id))
-        before = self._tok.decode(self._ids[self._prefix:self._read], skip_special_tokens=self._skip)
-        now = self._tok.decode(self._ids[self._prefix:], skip_special_tokens=self._skip)
+        before = self._tok.decode(self._ids[self._prefix : self._read], skip_special_tokens=self._skip)
+        now = self._tok.decode(self._ids[self._prefix :], skip_special_tokens=self._skip)
         if len(now) > len(before) and not now.endswith(REPLACEMENT_CHAR):
             self._prefix, self._read = self._read, len(self._ids)
-            return now[len(before):]
+            return now[len(before) :]
         return ""
 
 
@@ -130,8 +130,11 @@ class IncrementalDetokenizer:
         """``tokenizer`` is a ``renderer.tokenizer.Tokenizer`` or a transformers tokenizer."""
         hf = getattr(tokenizer, "for_decoding", tokenizer)
         core = getattr(hf, "_tokenizer", None)
-        self._stream = (_FastStream(core, prompt_ids, skip_special_tokens) if core is not None
-                        else _SlowStream(hf, prompt_ids, skip_special_tokens))
+        self._stream = (
+            _FastStream(core, prompt_ids, skip_special_tokens)
+            if core is not None
+            else _SlowStream(hf, prompt_ids, skip_special_tokens)
+        )
         self.skip_special_tokens = skip_special_tokens
         self.stop = tuple(stop)
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
@@ -206,7 +209,7 @@ class IncrementalDetokenizer:
         # before it, never the whole text; the tail moves on every step, min_tokens or not.
         window = self._tail + "".join(new)
         base = start - len(self._tail)
-        self._tail = window[max(len(window) - self._overlap, 0):] if self._overlap else ""
+        self._tail = window[max(len(window) - self._overlap, 0) :] if self._overlap else ""
         if len(self.output_ids) > self.min_tokens:
             check_from = offsets[max(self.min_tokens - first_new, 0)]
             hit = check_stop_strings(window, self._len - check_from, self.stop, self.include)
@@ -220,7 +223,7 @@ class IncrementalDetokenizer:
                 # Ids after the one that completed the stop string are dropped (vLLM does the same).
                 n_kept = next((j for j in range(1, len(offsets)) if offsets[j] >= end), len(ids))
                 kept = ids[:n_kept]
-                del self.output_ids[first_new + n_kept:]
+                del self.output_ids[first_new + n_kept :]
                 if cut != -1:
                     self._truncate(cut)
                 return self._finish(Progress(kept, "stop", s))
@@ -264,4 +267,3 @@ class IncrementalDetokenizer:
     def _finish(self, p: Progress) -> Progress:
         self.finish_reason = p.finish_reason
         return p
-

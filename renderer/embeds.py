@@ -56,9 +56,7 @@ def load_tensor(payload: bytes) -> "torch.Tensor":
         except (MemoryError, torch.OutOfMemoryError):
             raise  # the server's condition, not the caller's
         except Exception as e:  # noqa: BLE001 - torch has no single "not a tensor file" error
-            raise EmbedsError(
-                f"`prompt_embeds` could not be deserialized as a torch tensor: {_reason(e)}"
-            ) from None
+            raise EmbedsError(f"`prompt_embeds` could not be deserialized as a torch tensor: {_reason(e)}") from None
         if not isinstance(tensor, torch.Tensor):
             raise EmbedsError("`prompt_embeds` payload did not deserialize to a torch.Tensor.")
         try:
@@ -85,10 +83,7 @@ def safe_load_prompt_embeds(raw: bytes, *, hidden_size: int | None, dtype: "torc
     if tensor.dim() > 2:
         tensor = tensor.squeeze(0)
     if tensor.dim() != 2:
-        raise EmbedsError(
-            "prompt_embeds must be of shape (seq_len, hidden_size); "
-            f"got shape {tuple(tensor.shape)}."
-        )
+        raise EmbedsError(f"prompt_embeds must be of shape (seq_len, hidden_size); got shape {tuple(tensor.shape)}.")
     if hidden_size is not None and tensor.shape[1] != hidden_size:
         raise EmbedsError(
             f"`prompt_embeds` hidden_size {tensor.shape[1]} does not match the model's hidden_size {hidden_size}."

@@ -91,13 +91,20 @@ class EncoderDecoderRenderer:
         self.renderer = renderer
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, *, max_model_len: int = 0,
-                       tokenizer_backend: str = "auto") -> "EncoderDecoderRenderer":
+    def from_model_dir(
+        cls, model_dir: str | Path, *, max_model_len: int = 0, tokenizer_backend: str = "auto"
+    ) -> "EncoderDecoderRenderer":
         """The renderer for a model folder, bounded by ``encoder_decoder_max_model_len``."""
         context = ModelInfo.from_model_dir(model_dir).max_model_len
-        return cls(Renderer.from_config(RendererConfig(
-            model_dir=str(model_dir), max_model_len=encoder_decoder_max_model_len(max_model_len, context),
-            tokenizer_backend=tokenizer_backend)))
+        return cls(
+            Renderer.from_config(
+                RendererConfig(
+                    model_dir=str(model_dir),
+                    max_model_len=encoder_decoder_max_model_len(max_model_len, context),
+                    tokenizer_backend=tokenizer_backend,
+                )
+            )
+        )
 
     def decoder_start_token_id(self) -> int:
         start = self.renderer.info.decoder_start_token_id
@@ -148,18 +155,27 @@ class EncoderDecoderRenderer:
                 raise value
         enc = self.renderer.process_for_engine(part["encoder_prompt"], arrival, prompt_type="encoder")
         dec = part.get("decoder_prompt")
-        return EncoderDecoderInput(encoder=enc, decoder_prompt_token_ids=self.decoder_ids(dec),
-                                   decoder_prompt=None if dec is None else dec.prompt)
+        return EncoderDecoderInput(
+            encoder=enc,
+            decoder_prompt_token_ids=self.decoder_ids(dec),
+            decoder_prompt=None if dec is None else dec.prompt,
+        )
 
     async def render_batch_async(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[Any]:
         """Async twin: each request's encoder and decoder prompts are tokenized concurrently."""
+
         async def one(pr: Any, pa: Any) -> Any:
             if isinstance(pr, Exception) or isinstance(pa, Exception):
                 return pr if isinstance(pr, Exception) else pa
             names = [n for n in ("encoder_prompt", "decoder_prompt") if getattr(pr, n) is not None]
-            results = await asyncio.gather(*(
-                asyncio.to_thread(self._tokenize, [capture_error(self.renderer.render_prompt, getattr(pr, n))], [pa])
-                for n in names))
+            results = await asyncio.gather(
+                *(
+                    asyncio.to_thread(
+                        self._tokenize, [capture_error(self.renderer.render_prompt, getattr(pr, n))], [pa]
+                    )
+                    for n in names
+                )
+            )
             return capture_error(self._process, {n: r[0] for n, r in zip(names, results)}, time.time())
 
         return list(await asyncio.gather(*(one(pr, pa) for pr, pa in zip(prompts, params))))

@@ -51,8 +51,15 @@ class TensorSpec:
         return _NP[self.dtype]
 
 
-_NP = {"TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT64": np.uint64, "TYPE_FP32": np.float32,
-       "TYPE_FP16": np.float16, "TYPE_BOOL": np.bool_, "TYPE_STRING": np.object_}
+_NP = {
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP16": np.float16,
+    "TYPE_BOOL": np.bool_,
+    "TYPE_STRING": np.object_,
+}
 
 
 def _specs(*items: tuple[str, str, tuple[int, ...]]) -> dict[str, TensorSpec]:
@@ -116,12 +123,24 @@ POSTPROCESS_INPUTS = _specs(
 
 # The engine inputs the post-processing model forwards as it got them; the prompt tensors and
 # ``streaming`` / ``exclude_input_in_output`` it sets itself.
-FORWARDED = tuple(n for n in ENGINE_INPUTS if n not in (
-    "input_ids", "input_lengths", "streaming", "exclude_input_in_output",
-    "prompt_embedding_table", "prompt_vocab_size", "stop"))
+FORWARDED = tuple(
+    n
+    for n in ENGINE_INPUTS
+    if n
+    not in (
+        "input_ids",
+        "input_lengths",
+        "streaming",
+        "exclude_input_in_output",
+        "prompt_embedding_table",
+        "prompt_vocab_size",
+        "stop",
+    )
+)
 
 
 # --- word lists (stop_words_list / bad_words_list) ---------------------------------------------
+
 
 def encode_word_list(words: Iterable[Sequence[int]]) -> np.ndarray:
     """TensorRT-LLM's ``[2, L]`` word list: row 0 every word's ids concatenated (padded with 0),
@@ -161,6 +180,7 @@ def decode_word_list(arr: np.ndarray | None) -> list[tuple[int, ...]]:
 
 
 # --- sampling fields -> engine tensors ---------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StopPolicy:
@@ -241,7 +261,9 @@ def prompt_table_tensors(embeds: np.ndarray, vocab_size: int) -> dict[str, np.nd
     ``vocab_size + row`` at each position."""
     rows = int(embeds.shape[0])
     if embeds.ndim != 2 or rows == 0:
-        raise EmbedsError(f"prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got {list(embeds.shape)}.")
+        raise EmbedsError(
+            f"prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got {list(embeds.shape)}."
+        )
     if np.abs(embeds).max() > FP16_MAX:
         raise EmbedsError(
             f"prompt_embeds holds values beyond {FP16_MAX:g}, which the engine's FP16 prompt table cannot carry."
@@ -261,7 +283,9 @@ def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) ->
     if not any(fake):
         return None
     if not all(fake):
-        raise InvalidParamsError("input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other.")
+        raise InvalidParamsError(
+            "input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other."
+        )
     rows = [i - vocab_size for i in input_ids]
     if max(rows) >= table.shape[0]:
         raise InvalidParamsError(
@@ -271,6 +295,7 @@ def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) ->
 
 
 # --- a generation request -> every tensor generation_params sends on ---------------------------
+
 
 class GenerationResolver:
     """Per model: turns validated ``SamplingParams`` into the engine and post-processing tensors."""
@@ -315,14 +340,14 @@ class GenerationResolver:
         the model's EOS id (TensorRT-LLM's ``end_id`` input)."""
         import secrets
 
-        policy = StopPolicy.resolve(sampling, self.tokenizer_eos if end_id is None else end_id,
-                                    self.config_eos if end_id is None else ())
+        policy = StopPolicy.resolve(
+            sampling, self.tokenizer_eos if end_id is None else end_id, self.config_eos if end_id is None else ()
+        )
         if pad_id is None:
             pad_id = self.pad_id if self.pad_id is not None else max(policy.end_id, 0)
         seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)
         out = {
-            **sampling_tensors(sampling, max_tokens, policy, pad_id, seed,
-                               self.word_ids(sampling.stop, exact=True)),
+            **sampling_tensors(sampling, max_tokens, policy, pad_id, seed, self.word_ids(sampling.stop, exact=True)),
             **postprocess_tensors(sampling, policy),
         }
         if bad_words:

@@ -19,16 +19,13 @@ class InvalidParamsError(RenderError):
 class UnknownFieldError(InvalidParamsError):
     def __init__(self, bag: str, names: list[str], allowed: list[str]) -> None:
         super().__init__(
-            f"Unknown field(s) in {bag}: {', '.join(sorted(names))}. "
-            f"Allowed fields: {', '.join(sorted(allowed))}."
+            f"Unknown field(s) in {bag}: {', '.join(sorted(names))}. Allowed fields: {', '.join(sorted(allowed))}."
         )
 
 
 class FieldTypeError(InvalidParamsError):
     def __init__(self, bag: str, name: str, expected: str, value: object) -> None:
-        super().__init__(
-            f"{bag}.{name} must be {expected}, got {type(value).__name__} {_short(value)}."
-        )
+        super().__init__(f"{bag}.{name} must be {expected}, got {type(value).__name__} {_short(value)}.")
 
 
 class InvalidJSONError(InvalidParamsError):
@@ -65,8 +62,7 @@ class PromptFormError(PromptError):
 class PromptTypeError(PromptError):
     def __init__(self) -> None:
         super().__init__(
-            "Expected prompt['prompt'] to be a string before tokenization; "
-            "use 'prompt_token_ids' for token ID inputs"
+            "Expected prompt['prompt'] to be a string before tokenization; use 'prompt_token_ids' for token ID inputs"
         )
 
 

@@ -45,8 +45,9 @@ class GenerationRequest:
     """Whether the client wants one response per new piece of text."""
 
     @classmethod
-    def from_fields(cls, max_tokens: int | None, sampling_params: Mapping[str, Any] | None,
-                    stream: bool | None) -> "GenerationRequest":
+    def from_fields(
+        cls, max_tokens: int | None, sampling_params: Mapping[str, Any] | None, stream: bool | None
+    ) -> "GenerationRequest":
         """The request's ``max_tokens``, parsed ``sampling_params`` bag and ``stream`` flag."""
         n = require_max_tokens(max_tokens)
         return cls(n, SamplingParams.from_request(sampling_params, n), bool(stream))

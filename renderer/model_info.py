@@ -9,8 +9,13 @@ from typing import Any
 
 # Config keys that carry a context length, in the order vLLM consults them.
 _CONTEXT_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-    "max_sequence_length", "max_seq_length", "seq_len",
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
 )
 
 
@@ -59,9 +64,7 @@ class ModelInfo:
         if derived is None:
             derived = next((int(cfg[k]) for k in _CONTEXT_KEYS if isinstance(cfg.get(k), int)), 2048)
         if max_model_len and max_model_len > derived:
-            raise ValueError(
-                f"max_model_len={max_model_len} is greater than the model's context length {derived}"
-            )
+            raise ValueError(f"max_model_len={max_model_len} is greater than the model's context length {derived}")
         gen = read_json_object(model_dir / "generation_config.json")
         eos = gen.get("eos_token_id", cfg.get("eos_token_id", text_cfg.get("eos_token_id")))
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))

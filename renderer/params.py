@@ -264,7 +264,9 @@ class LengthLimit:
 
     def check(self, n_tokens: int) -> None:
         """vLLM's length check on ``n_tokens`` prompt tokens (``PromptTooLongError``)."""
-        TokenizeParams(max_total_tokens=self.max_total_tokens, max_output_tokens=self.max_output_tokens).check_length(n_tokens)
+        TokenizeParams(max_total_tokens=self.max_total_tokens, max_output_tokens=self.max_output_tokens).check_length(
+            n_tokens
+        )
 
 
 REQUEST_FIELDS: dict[str, str] = {
@@ -292,18 +294,25 @@ def _check_ranges(changes: dict[str, Any], max_model_len: int | None) -> None:
                 f"length of {max_model_len} tokens."
             )
     if changes.get("max_output_tokens", 0) < 0:
-        raise FieldTypeError("tokenize_params", "max_output_tokens", REQUEST_FIELDS["max_output_tokens"], changes["max_output_tokens"])
+        raise FieldTypeError(
+            "tokenize_params", "max_output_tokens", REQUEST_FIELDS["max_output_tokens"], changes["max_output_tokens"]
+        )
     for name in ("pad_prompt_tokens", "truncate_prompt_tokens"):
         v = changes.get(name)
         if v is not None and v < -1:
             raise FieldTypeError("tokenize_params", name, REQUEST_FIELDS[name], v)
 
 
-def request_tokenize_params(max_model_len: int, bag: Mapping[str, Any] | None, *, chat: bool = False,
-                            max_output_tokens: int | None = None) -> TokenizeParams:
+def request_tokenize_params(
+    max_model_len: int, bag: Mapping[str, Any] | None, *, chat: bool = False, max_output_tokens: int | None = None
+) -> TokenizeParams:
     """A request's ``tokenize_params`` over the defaults (vLLM's: chat adds no special tokens,
     since the template wrote them), with a generation request's ``max_tokens`` reserving room."""
     base = TokenizeParams(max_total_tokens=max_model_len, add_special_tokens=not chat)
-    if max_output_tokens is not None and (bag is None or isinstance(bag, Mapping)) and "max_output_tokens" not in (bag or {}):
+    if (
+        max_output_tokens is not None
+        and (bag is None or isinstance(bag, Mapping))
+        and "max_output_tokens" not in (bag or {})
+    ):
         bag = {**(bag or {}), "max_output_tokens": max_output_tokens}
     return base.with_request(bag, max_model_len=max_model_len)

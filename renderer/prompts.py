@@ -127,9 +127,7 @@ def validate_cache_salt(salt: str | None) -> str | None:
     if not isinstance(salt, str) or not salt:
         raise CacheSaltError("cache_salt must be a non-empty string.")
     if len(salt) > MAX_CACHE_SALT_CHARS:
-        raise CacheSaltError(
-            f"cache_salt must be at most {MAX_CACHE_SALT_CHARS} characters, got {len(salt)}."
-        )
+        raise CacheSaltError(f"cache_salt must be at most {MAX_CACHE_SALT_CHARS} characters, got {len(salt)}.")
     return salt
 
 
@@ -141,7 +139,9 @@ def completion_prompt(
     cache_salt: bytes | str | None = None,
 ) -> RawPrompt:
     """Step 1 for one completion request: exactly one prompt form, decoded and checked."""
-    given = [n for n, v in (("prompt", text), ("prompt_token_ids", token_ids), ("prompt_embeds", embeds)) if v is not None]
+    given = [
+        n for n, v in (("prompt", text), ("prompt_token_ids", token_ids), ("prompt_embeds", embeds)) if v is not None
+    ]
     if not given:
         raise PromptFormError("Either prompt, prompt_token_ids or prompt_embeds must be provided.")
     if len(given) > 1:

@@ -23,7 +23,14 @@ from .errors import EmbedsError, EmptyPromptError, NoPromptError, PromptTypeErro
 from .model_info import ModelInfo
 from .params import TokenizeParams, request_tokenize_params
 from .prompts import (
-    EmbedsBytesPrompt, EmbedsPrompt, EngineInput, Prompt, RawPrompt, TextPrompt, TokenizedPrompt, TokensPrompt,
+    EmbedsBytesPrompt,
+    EmbedsPrompt,
+    EngineInput,
+    Prompt,
+    RawPrompt,
+    TextPrompt,
+    TokenizedPrompt,
+    TokensPrompt,
 )
 from .tokenizer import EncodeOptions, Tokenizer
 
@@ -69,8 +76,9 @@ class Renderer:
         """Completions add the tokenizer's special tokens (vLLM default)."""
         return request_tokenize_params(self.info.max_model_len, None)
 
-    def request_params(self, bag: Mapping[str, Any] | None, *, chat: bool = False,
-                       max_output_tokens: int | None = None) -> TokenizeParams:
+    def request_params(
+        self, bag: Mapping[str, Any] | None, *, chat: bool = False, max_output_tokens: int | None = None
+    ) -> TokenizeParams:
         """Defaults overlaid with a request's ``tokenize_params`` (and its ``max_tokens``)."""
         if bag is not None:
             return request_tokenize_params(self.info.max_model_len, bag, chat=chat, max_output_tokens=max_output_tokens)
@@ -81,7 +89,8 @@ class Renderer:
             if len(self._bagless) >= 1024:
                 self._bagless.clear()
             params = self._bagless[key] = request_tokenize_params(
-                self.info.max_model_len, None, chat=chat, max_output_tokens=max_output_tokens)
+                self.info.max_model_len, None, chat=chat, max_output_tokens=max_output_tokens
+            )
         return params
 
     # --- step 1 ----------------------------------------------------------------------------
@@ -153,16 +162,18 @@ class Renderer:
     ) -> list[Result[TokenizedPrompt]]:
         return await asyncio.to_thread(self.tokenize_prompts, prompts, params)
 
-    def _finish_text(self, prompt: TextPrompt, p: TokenizeParams, ids: list[int],
-                     offsets: list[tuple[int, int]] | None, shift: int) -> TokenizedPrompt:
+    def _finish_text(
+        self, prompt: TextPrompt, p: TokenizeParams, ids: list[int], offsets: list[tuple[int, int]] | None, shift: int
+    ) -> TokenizedPrompt:
         bounded = p.truncation_length is None and p.max_input_tokens is not None
         at_least = bounded and len(ids) > p.max_input_tokens  # tokenizing stopped at the +1 bound
         if offsets is not None and shift:
             # Spans refer to the text as sent, before the pre-trim; (0, 0) marks special tokens.
             offsets = [o if o == (0, 0) else (o[0] + shift, o[1] + shift) for o in offsets]
         ids, offsets = self._post_tokenization(ids, offsets, p, at_least=at_least)
-        return TokenizedPrompt(prompt_token_ids=ids, prompt=prompt.prompt, token_offsets=offsets,
-                               cache_salt=prompt.cache_salt)
+        return TokenizedPrompt(
+            prompt_token_ids=ids, prompt=prompt.prompt, token_offsets=offsets, cache_salt=prompt.cache_salt
+        )
 
     def _finish_tokens(self, prompt: TokensPrompt, p: TokenizeParams) -> TokenizedPrompt:
         ids = self.validate_token_ids(prompt.prompt_token_ids)
@@ -182,8 +193,9 @@ class Renderer:
         p.check_length(len(rows))
         return TokenizedPrompt(prompt_token_ids=[], prompt_embeds=rows, cache_salt=prompt.cache_salt)
 
-    def _post_tokenization(self, ids: list[int], offsets: list | None, p: TokenizeParams,
-                           *, at_least: bool) -> tuple[list[int], list | None]:
+    def _post_tokenization(
+        self, ids: list[int], offsets: list | None, p: TokenizeParams, *, at_least: bool
+    ) -> tuple[list[int], list | None]:
         """Pad, truncate, then check the length: vLLM's order."""
         side = self.tokenizer.truncation_side
         n_before = len(ids)
@@ -213,8 +225,9 @@ class Renderer:
 
     # --- step 3 ----------------------------------------------------------------------------
 
-    def process_for_engine(self, prompt: TokenizedPrompt, arrival_time: float | None = None,
-                           *, prompt_type: str = "decoder") -> EngineInput:
+    def process_for_engine(
+        self, prompt: TokenizedPrompt, arrival_time: float | None = None, *, prompt_type: str = "decoder"
+    ) -> EngineInput:
         # vLLM's engine-side input check: an empty prompt has nothing to condition on.
         if prompt.num_tokens == 0:
             raise EmptyPromptError(prompt_type)
@@ -229,8 +242,9 @@ class Renderer:
 
     # --- the whole pipeline ----------------------------------------------------------------
 
-    def render_batch(self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
-                     ) -> list[Result[EngineInput]]:
+    def render_batch(
+        self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
+    ) -> list[Result[EngineInput]]:
         """Steps 2-4 for a batch whose step-1 results (or errors) are already known."""
         arrival = time.time()
         ok, out = split_failed(prompts, params)
@@ -239,16 +253,20 @@ class Renderer:
             out[i] = t if isinstance(t, RenderError) else capture_error(self.process_for_engine, t, arrival)
         return out
 
-    async def render_batch_async(self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
-                                 ) -> list[Result[EngineInput]]:
+    async def render_batch_async(
+        self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
+    ) -> list[Result[EngineInput]]:
         return await asyncio.to_thread(self.render_batch, prompts, params)
 
 
 def split_failed(prompts: Sequence[Any], params: Sequence[Any]) -> tuple[list[int], list[Any]]:
     """Indices of the items whose step 1 succeeded, and a result list already holding the
     error of every item whose prompt or params failed (any exception: it answers that item)."""
-    ok = [i for i, (pr, pa) in enumerate(zip(prompts, params))
-          if not isinstance(pr, Exception) and not isinstance(pa, Exception)]
+    ok = [
+        i
+        for i, (pr, pa) in enumerate(zip(prompts, params))
+        if not isinstance(pr, Exception) and not isinstance(pa, Exception)
+    ]
     out: list[Any] = [pr if isinstance(pr, Exception) else pa for pr, pa in zip(prompts, params)]
     return ok, out
 

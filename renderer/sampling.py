@@ -151,9 +151,21 @@ def check_max_tokens(max_tokens: int) -> None:
         raise MaxTokensError(f"max_tokens must be at least 1, got {max_tokens}.")
 
 
-_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "include_stop_str_in_output",
-           "ignore_eos", "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty",
-           "skip_special_tokens")
+_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "ignore_eos",
+    "min_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "skip_special_tokens",
+)
 
 
 def _is_int(v: object) -> bool:

@@ -120,9 +120,13 @@ class Tokenizer:
         if self._fast is not None and not offsets:
             split_special = bool(getattr(self._proto, "split_special_tokens", False))
             try:
-                ids = self._fast.encode_batch(texts, add_special_tokens=opts.add_special_tokens,
-                                              max_length=opts.max_length, side=opts.side,
-                                              split_special_tokens=split_special)
+                ids = self._fast.encode_batch(
+                    texts,
+                    add_special_tokens=opts.add_special_tokens,
+                    max_length=opts.max_length,
+                    side=opts.side,
+                    split_special_tokens=split_special,
+                )
                 return [Encoded(x, None) for x in ids]
             except (ValueError, RuntimeError):
                 # fastokens refuses some inputs Hugging Face accepts (a byte with no token in a
@@ -182,4 +186,3 @@ def _cut(enc: Encoded, opts: EncodeOptions) -> Encoded:
         return enc
     offsets = tokenizer_backend.truncate(enc.offsets, n, opts.side) if enc.offsets is not None else None
     return Encoded(tokenizer_backend.truncate(enc.ids, n, opts.side), offsets)
-

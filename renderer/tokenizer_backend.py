@@ -58,7 +58,8 @@ class FastokensEngine:
         probe = [7, 8, 9]
         for cut in range(len(wrapped) + 1):
             if wrapped[:cut] + probe + wrapped[cut:] == list(
-                    engine.post_process(Encoding(probe), None, add_special_tokens=True).ids):
+                engine.post_process(Encoding(probe), None, add_special_tokens=True).ids
+            ):
                 self._prefix, self._suffix = wrapped[:cut], wrapped[cut:]
                 break
         else:
@@ -71,8 +72,15 @@ class FastokensEngine:
 
         return cls(fastokens.Tokenizer.from_json_str(hf_backend.to_str()))
 
-    def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool, max_length: int | None,
-                     side: str, split_special_tokens: bool) -> list[list[int]]:
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        *,
+        add_special_tokens: bool,
+        max_length: int | None,
+        side: str,
+        split_special_tokens: bool,
+    ) -> list[list[int]]:
         """Ids per text, truncated as Hugging Face's ``longest_first`` truncation does for one
         sequence: the text's own tokens are cut to ``max_length`` minus the special tokens the
         post-processor adds, then those are added."""
@@ -102,7 +110,7 @@ def truncate(seq: list[Any], n: int, side: str) -> list[Any]:
     """The ``n`` items a tokenizer keeps when truncating on ``side`` ("left" keeps the end)."""
     if len(seq) <= n:
         return seq
-    return seq[len(seq) - n:] if side == "left" else seq[:n]
+    return seq[len(seq) - n :] if side == "left" else seq[:n]
 
 
 # --- choosing the engine ---------------------------------------------------------------------
@@ -111,7 +119,16 @@ def truncate(seq: list[Any], n: int, side: str) -> list[Any]:
 # regexes treat specially, contractions, digit runs, scripts without spaces, combining marks,
 # emoji sequences, invisible and private characters, long runs that exercise BPE caches.
 _PROBES = (
-    "", " ", "  ", "\n", "\n\n\n", "\r\n", " \r\n \n", "\t\t x", "   leading", "trailing   ",
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\n\n\n",
+    "\r\n",
+    " \r\n \n",
+    "\t\t x",
+    "   leading",
+    "trailing   ",
     "Hello, world! How's it going? I'M fine, they'll see; we'd've DONE it.",
     "x = [1, 22, 333, 4444, 55555, 666666]  # 3.14159e-10, 0x1F, 1,000,000",
     "def f(a, b):\n    return a ** b  # comment\n\n\nclass C:\n\tpass\n",
@@ -124,7 +141,12 @@ _PROBES = (
     "\u00a0\u2028\u2029\u3000\u200b\u2009\u1680\u0085\ufeff\ufffd\x00\x01\x7f\x0b\x0c",
     "’‘“”«»—–… 'quoted' \"double\" `back`",
     "http://example.com/path?query=1&x=%20#frag user@example.org",
-    "a" * 300, " " * 64, "ab" * 150, "!!!???...", "\n" * 20 + "x", "1" * 50,
+    "a" * 300,
+    " " * 64,
+    "ab" * 150,
+    "!!!???...",
+    "\n" * 20 + "x",
+    "1" * 50,
 )
 
 
@@ -137,7 +159,9 @@ def _probes(hf_backend: Any) -> list[str]:
     return out
 
 
-def _hf_ids(hf_backend: Any, texts: list[str], add_special_tokens: bool, max_length: int | None, side: str) -> list[list[int]]:
+def _hf_ids(
+    hf_backend: Any, texts: list[str], add_special_tokens: bool, max_length: int | None, side: str
+) -> list[list[int]]:
     hf_backend.no_padding()
     if max_length is None:
         hf_backend.no_truncation()
@@ -157,12 +181,19 @@ def parity_problem(hf_backend: Any, engine: FastokensEngine, split_special_token
         for add_special in (False, True):
             for max_length, side in ((None, "right"), (n_special + 3, "right"), (n_special + 3, "left")):
                 want = _hf_ids(hf_backend, texts, add_special, max_length, side)
-                got = engine.encode_batch(texts, add_special_tokens=add_special, max_length=max_length, side=side,
-                                          split_special_tokens=split_special_tokens)
+                got = engine.encode_batch(
+                    texts,
+                    add_special_tokens=add_special,
+                    max_length=max_length,
+                    side=side,
+                    split_special_tokens=split_special_tokens,
+                )
                 for text, w, g in zip(texts, want, got):
                     if w != g:
-                        return (f"probe {text[:60]!r} (add_special_tokens={add_special}, max_length={max_length}, "
-                                f"{side}): Hugging Face {w[:8]}..., fastokens {g[:8]}...")
+                        return (
+                            f"probe {text[:60]!r} (add_special_tokens={add_special}, max_length={max_length}, "
+                            f"{side}): Hugging Face {w[:8]}..., fastokens {g[:8]}..."
+                        )
     finally:
         hf_backend.encode_special_tokens, truncation, padding = saved
         hf_backend.no_truncation() if truncation is None else hf_backend.enable_truncation(**truncation)

@@ -92,16 +92,21 @@ class TritonPythonModel:
 
     def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
         """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
-        tensors = [t for n in FORWARDED + tuple(ENGINE_IMAGE_INPUTS)
-                   if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None]
+        tensors = [
+            t
+            for n in FORWARDED + tuple(ENGINE_IMAGE_INPUTS)
+            if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None
+        ]
         embeds = io.get(request, "input_embeds")
         prompt_ids: list[int] | None
         if embeds is not None and embeds.size:
             tensors += io.output_tensors(prompt_table_tensors(embeds, self.vocab_size))
             prompt_ids = None
         else:
-            tensors += [pb_utils.get_input_tensor_by_name(request, "input_ids"),
-                        pb_utils.get_input_tensor_by_name(request, "input_lengths")]
+            tensors += [
+                pb_utils.get_input_tensor_by_name(request, "input_ids"),
+                pb_utils.get_input_tensor_by_name(request, "input_lengths"),
+            ]
             prompt_ids = io.get_ids(request, "input_ids")
         tensors += io.output_tensors({"streaming": np.array([True]), "exclude_input_in_output": np.array([True])})
         if self.encoder_decoder:
@@ -112,7 +117,8 @@ class TritonPythonModel:
         tensors, prompt_ids = self._engine_inputs(request)
         stream = bool(io.get_scalar(request, "streaming", bool))
         detok = IncrementalDetokenizer(
-            self.tokenizer, prompt_ids,
+            self.tokenizer,
+            prompt_ids,
             stop=io.get_strings(request, "stop_strings"),
             stop_token_ids=io.get_ids(request, "stop_token_ids") or [],
             include_stop_str_in_output=bool(io.get_scalar(request, "include_stop_str_in_output", bool)),
@@ -122,7 +128,10 @@ class TritonPythonModel:
         )
         request_id = uuid.uuid4().hex
         engine_request = pb_utils.InferenceRequest(
-            model_name=self.engine, inputs=tensors, requested_output_names=ENGINE_OUTPUTS, request_id=request_id,
+            model_name=self.engine,
+            inputs=tensors,
+            requested_output_names=ENGINE_OUTPUTS,
+            request_id=request_id,
         )
         n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
         done = sent_final = cancelled = False
@@ -137,8 +146,10 @@ class TritonPythonModel:
             progress = detok.push(new_ids)
             done = progress.finish_reason is not None
             if stream:
-                sender.send(_response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt),
-                            flags=FINAL if done else 0)
+                sender.send(
+                    _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt),
+                    flags=FINAL if done else 0,
+                )
                 sent_final = done
             if not done and (cancel.is_set() or request.is_cancelled()):
                 done = cancelled = True
@@ -159,8 +170,10 @@ class TritonPythonModel:
         """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
         required = {t.name(): t for t in tensors if t.name() in ("input_ids", "input_lengths", "request_output_len")}
         stop = pb_utils.InferenceRequest(
-            model_name=self.engine, inputs=[*required.values(), *io.output_tensors({"stop": np.array([True])})],
-            requested_output_names=ENGINE_OUTPUTS, request_id=request_id,
+            model_name=self.engine,
+            inputs=[*required.values(), *io.output_tensors({"stop": np.array([True])})],
+            requested_output_names=ENGINE_OUTPUTS,
+            request_id=request_id,
         )
         for _ in stop.exec(decoupled=True):
             pass
@@ -198,9 +211,13 @@ def _engine_error(error: Any, engine: str) -> Exception:
 def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int) -> Any:
     """One response: the text piece and its ids, and, for clients that report usage and finish
     (the OpenAI front), the prompt's length and why generation ended ("" until it has)."""
-    return pb_utils.InferenceResponse(output_tensors=io.output_tensors({
-        "text_output": np.array([text.encode()], dtype=np.object_),
-        "output_ids": np.asarray(ids, np.int32),
-        "finish_reason": np.array([(finish_reason or "").encode()], dtype=np.object_),
-        "input_lengths": np.array([n_prompt], np.int32),
-    }))
+    return pb_utils.InferenceResponse(
+        output_tensors=io.output_tensors(
+            {
+                "text_output": np.array([text.encode()], dtype=np.object_),
+                "output_ids": np.asarray(ids, np.int32),
+                "finish_reason": np.array([(finish_reason or "").encode()], dtype=np.object_),
+                "input_lengths": np.array([n_prompt], np.int32),
+            }
+        )
+    )

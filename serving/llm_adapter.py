@@ -50,8 +50,10 @@ class TritonPythonModel:
                     sender.send(flags=FINAL)
                     continue
                 req = trtllm_request.parse(
-                    lambda n, r=request: io.get(r, n), self.generator.vocab_size,
-                    request_id=request.request_id(), encoder_decoder=self.generator.is_encoder_decoder,
+                    lambda n, r=request: io.get(r, n),
+                    self.generator.vocab_size,
+                    request_id=request.request_id(),
+                    encoder_decoder=self.generator.is_encoder_decoder,
                 )
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
                 sender.send(io.error_response(e, self.name), flags=FINAL)
@@ -107,7 +109,9 @@ class TritonPythonModel:
 
 def _response(ids: list[int]) -> Any:
     arr = np.asarray(ids, np.int32).reshape(1, -1)  # [beams, tokens]
-    return pb_utils.InferenceResponse(output_tensors=[
-        io.tensor("output_ids", arr, np.int32),
-        io.tensor("sequence_length", [arr.shape[1]], np.int32),
-    ])
+    return pb_utils.InferenceResponse(
+        output_tensors=[
+            io.tensor("output_ids", arr, np.int32),
+            io.tensor("sequence_length", [arr.shape[1]], np.int32),
+        ]
+    )

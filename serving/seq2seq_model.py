@@ -27,11 +27,24 @@ def build(out_dir: Path, tokenizer_dir: Path) -> Path:
 
     vocab = 49152
     config = BartConfig(
-        vocab_size=vocab, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=512,
+        vocab_size=vocab,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=512,
         # Distinct from BOS (1) so tests can tell which one the renderer used.
-        decoder_start_token_id=0, bos_token_id=1, eos_token_id=2, pad_token_id=2, forced_bos_token_id=None,
-        forced_eos_token_id=None, dtype="float32", tie_word_embeddings=False,
+        decoder_start_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        dtype="float32",
+        tie_word_embeddings=False,
     )
     model = BartForConditionalGeneration(config)
     rng = np.random.default_rng(SEED)

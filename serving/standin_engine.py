@@ -41,8 +41,13 @@ class Generator:
         config = AutoConfig.from_pretrained(str(model_dir))
         self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
         self.is_vision_language = getattr(config, "vision_config", None) is not None
-        auto = (AutoModelForSeq2SeqLM if self.is_encoder_decoder
-                else AutoModelForImageTextToText if self.is_vision_language else AutoModelForCausalLM)
+        auto = (
+            AutoModelForSeq2SeqLM
+            if self.is_encoder_decoder
+            else AutoModelForImageTextToText
+            if self.is_vision_language
+            else AutoModelForCausalLM
+        )
         self.model = auto.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
         cfg = self.model.config
         text_cfg = getattr(cfg, "text_config", None) or cfg
@@ -70,8 +75,10 @@ class Generator:
         with torch.inference_mode():
             past = None  # the KV cache, grown one id per step
             if self.is_encoder_decoder:
-                step_in = {"input_ids": torch.tensor([req.input_ids], device=self.device),
-                           "decoder_input_ids": torch.tensor([req.decoder_input_ids], device=self.device)}
+                step_in = {
+                    "input_ids": torch.tensor([req.input_ids], device=self.device),
+                    "decoder_input_ids": torch.tensor([req.decoder_input_ids], device=self.device),
+                }
             elif req.prompt_embeds is not None:
                 embeds = torch.from_numpy(req.prompt_embeds).to(self.device, self.model.dtype)
                 step_in = {"inputs_embeds": embeds.unsqueeze(0)}
@@ -149,16 +156,30 @@ class Generator:
                 return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
 
         ids = torch.tensor([req.input_ids], device=self.device)
-        extra = {k: torch.as_tensor(v, device=self.device) for k, v in req.images.items()
-                 if k in ("pixel_values", "image_grid_thw", "image_sizes")}
+        extra = {
+            k: torch.as_tensor(v, device=self.device)
+            for k, v in req.images.items()
+            if k in ("pixel_values", "image_grid_thw", "image_sizes")
+        }
         if "pixel_values" in extra:
             extra["pixel_values"] = extra["pixel_values"].to(self.model.dtype)
         if self.image_token_id is not None and "image_grid_thw" in extra:
             extra["mm_token_type_ids"] = (ids == self.image_token_id).long()
-        kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, do_sample=False,
-                      eos_token_id=None, pad_token_id=0, streamer=Streamer(),
-                      logits_processor=LogitsProcessorList([Rules()]), stopping_criteria=[Stop()],
-                      temperature=None, top_p=None, top_k=None, **extra)
+        kwargs = dict(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=budget,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            streamer=Streamer(),
+            logits_processor=LogitsProcessorList([Rules()]),
+            stopping_criteria=[Stop()],
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            **extra,
+        )
         errors: list[BaseException] = []
 
         def run() -> None:
@@ -187,7 +208,7 @@ def stops(req: EngineRequest, generated: list[int]) -> bool:
         return False
     if generated[-1] == req.end_id:
         return True
-    return any(len(w) <= len(generated) and tuple(generated[-len(w):]) == w for w in req.stop_words)
+    return any(len(w) <= len(generated) and tuple(generated[-len(w) :]) == w for w in req.stop_words)
 
 
 def process_logits(logits: Any, req: EngineRequest, history: list[int], generated: list[int]) -> Any:
@@ -202,8 +223,11 @@ def process_logits(logits: Any, req: EngineRequest, history: list[int], generate
     if generated and (req.presence_penalty or req.frequency_penalty):
         counts = torch.bincount(torch.tensor(generated, dtype=torch.long), minlength=logits.numel()).to(logits.dtype)
         logits -= req.frequency_penalty * counts + req.presence_penalty * (counts > 0).to(logits.dtype)
-    banned = [w[-1] for w in req.bad_words
-              if len(w) == 1 or (len(w) - 1 <= len(generated) and tuple(generated[-(len(w) - 1):]) == w[:-1])]
+    banned = [
+        w[-1]
+        for w in req.bad_words
+        if len(w) == 1 or (len(w) - 1 <= len(generated) and tuple(generated[-(len(w) - 1) :]) == w[:-1])
+    ]
     if len(generated) < req.min_tokens:
         banned += [w[0] for w in req.stop_words if len(w) == 1] + ([req.end_id] if req.end_id >= 0 else [])
     if banned:

@@ -131,7 +131,7 @@ def _stat_fields(pid: int) -> list[str] | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2:].split()
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def group_members(pgid: int) -> list[int]:
@@ -206,8 +206,15 @@ def end_process(proc: subprocess.Popen | None, timeout_s: float = 5.0) -> None:
 class Supervisor:
     """Runs tritonserver (``command``) until asked to stop, restarting it when it dies."""
 
-    def __init__(self, s: launch.Settings, command: Sequence[str], env: Mapping[str, str], token: str,
-                 backoff: Backoff = Backoff(), server_log: Path | None = None) -> None:
+    def __init__(
+        self,
+        s: launch.Settings,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        token: str,
+        backoff: Backoff = Backoff(),
+        server_log: Path | None = None,
+    ) -> None:
         self.s = s
         self.command = list(command)
         self.env = dict(env)
@@ -262,15 +269,17 @@ class Supervisor:
             log.warning("tritonserver (pid %d) exited unexpectedly: %s", server.pid, reason)
             self._bury(server, watchdog, graceful=False)
             if first and exited.ready_s is None and exited.returncode >= 0:
-                log.error("tritonserver failed to start: not restarting it (see %s)",
-                          self.server_log or "its output above")
+                log.error(
+                    "tritonserver failed to start: not restarting it (see %s)", self.server_log or "its output above"
+                )
                 return exited.returncode or 1
             first = False
             healthy = exited.ready_s is not None and exited.ready_s >= self.backoff.healthy_s
             failures = 1 if healthy else failures + 1
             delay = self.backoff.delay(failures)
-            self._update(restarts=self._state.restarts + 1, last_exit=reason, server_pid=None, watchdog_pid=None,
-                         ready=False)
+            self._update(
+                restarts=self._state.restarts + 1, last_exit=reason, server_pid=None, watchdog_pid=None, ready=False
+            )
             log.warning("restart %d of tritonserver in %.0f s", self._state.restarts, delay)
             if self._stop.wait(delay):
                 return 0
@@ -280,8 +289,13 @@ class Supervisor:
         out = open(self.server_log, "ab") if self.server_log else None
         try:
             # A process group of its own: stopping it reaches every stub and what stubs started.
-            server = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                      start_new_session=True)
+            server = subprocess.Popen(
+                self.command,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+                start_new_session=True,
+            )
         finally:
             if out:
                 out.close()
@@ -339,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s")
     s = launch.Settings.from_json(a.settings.read_text())
     token = secrets.token_hex(16)
-    sup = Supervisor(s, launch.server_command(s, token, binary=a.tritonserver), launch.server_env(s), token,
-                     server_log=s.log_file)
+    sup = Supervisor(
+        s, launch.server_command(s, token, binary=a.tritonserver), launch.server_env(s), token, server_log=s.log_file
+    )
     handle_stop_signals(sup)  # before any child exists: a stop never finds one unsupervised
     return sup.run()
 

@@ -112,7 +112,9 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
     if table is not None and table.size:
         rows = read_scalar(get, "prompt_vocab_size", int, None)
         if rows is not None and rows != table.shape[0]:
-            raise TensorError(f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table.")
+            raise TensorError(
+                f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table."
+            )
         embeds = prompt_rows(ids, table.astype(np.float32), vocab_size)
     else:
         if any(i >= vocab_size or i < 0 for i in ids):

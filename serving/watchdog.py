@@ -57,7 +57,7 @@ def stubs_of(server_pid: int) -> dict[int, Stub]:
             args = (stat_path.parent / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[1]) != server_pid or fields[0] == "Z":
             continue
         # The model's file: model.py, or its default_model_filename (vLLM's engine: vllm_model.py).
@@ -74,7 +74,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 class ServerGoneError(Exception):
@@ -82,8 +82,12 @@ class ServerGoneError(Exception):
 
 
 def reload_model(http_url: str, model: str, token: str, timeout_s: float = 300.0) -> bool:
-    req = urllib.request.Request(f"{http_url}/v2/repository/models/{model}/load", data=b"{}",  # noqa: S310 - http_url is the launcher's
-                                 method="POST", headers={TOKEN_HEADER: token, "Content-Type": "application/json"})
+    req = urllib.request.Request(  # noqa: S310 (http_url is the launcher's own http:// address)
+        f"{http_url}/v2/repository/models/{model}/load",
+        data=b"{}",
+        method="POST",
+        headers={TOKEN_HEADER: token, "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - http_url is the launcher's
             return r.status == 200

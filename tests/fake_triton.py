@@ -122,8 +122,14 @@ ROUTE: Callable[[str, Request], Iterator[InferenceResponse]] | None = None
 
 
 class InferenceRequest:
-    def __init__(self, model_name: str, inputs: list[Tensor], requested_output_names: list[str] | None = None,
-                 request_id: str = "", **_: Any) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        inputs: list[Tensor],
+        requested_output_names: list[str] | None = None,
+        request_id: str = "",
+        **_: Any,
+    ) -> None:
         self.model_name = model_name
         self.request = Request(inputs, request_id)
 
@@ -171,9 +177,18 @@ class MetricFamily:
 
 # Triton's TYPE_* -> numpy, as the real module's triton_string_to_numpy has it.
 TYPE_TO_NUMPY = {
-    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8, "TYPE_INT16": np.int16, "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_BOOL": np.bool_,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
 
@@ -204,8 +219,9 @@ def _tensor_problems(config: Any, declared: dict[str, Any], name: str, arr: np.n
     if arr.dtype != want and not (want == np.object_ and arr.dtype.kind in "OSU"):
         problems.append(f"{config.name}: {name} is {arr.dtype}, its config says {type_name}")
     dims = list(spec.dims)
-    fits = arr.ndim == len(dims) + 1 and arr.shape[0] == 1 and all(
-        d == -1 or g == d for g, d in zip(arr.shape[1:], dims))
+    fits = (
+        arr.ndim == len(dims) + 1 and arr.shape[0] == 1 and all(d == -1 or g == d for g, d in zip(arr.shape[1:], dims))
+    )
     if not fits:
         problems.append(f"{config.name}: {name} has shape {list(arr.shape)}, its config says [1] + {dims}")
     return problems
@@ -218,8 +234,11 @@ def input_problems(config: Any, request: Request) -> list[str]:
     for tensor in request.inputs():
         problems += _tensor_problems(config, declared, tensor.name(), tensor.as_numpy(), "receives")
     names = {t.name() for t in request.inputs()}
-    problems += [f"{config.name}: lacks its required input {t.name!r}" for t in config.input
-                 if not t.optional and t.name not in names]
+    problems += [
+        f"{config.name}: lacks its required input {t.name!r}"
+        for t in config.input
+        if not t.optional and t.name not in names
+    ]
     return problems
 
 
@@ -275,9 +294,16 @@ class InProcessRepository:
             config_json = json_format.MessageToDict(cfg, preserving_proto_field_name=True)
             for value in config_json.get("parameters", {}).values():
                 value.setdefault("string_value", "")  # Triton's JSON keeps empty values; protobuf's drops them
-            instance.initialize({"model_config": json.dumps(config_json), "model_name": name, "model_version": "1",
-                                 "model_instance_kind": "CPU", "model_instance_device_id": "0",
-                                 "model_repository": str(self.repo / name)})
+            instance.initialize(
+                {
+                    "model_config": json.dumps(config_json),
+                    "model_name": name,
+                    "model_version": "1",
+                    "model_instance_kind": "CPU",
+                    "model_instance_device_id": "0",
+                    "model_repository": str(self.repo / name),
+                }
+            )
             self.models[name] = instance
         return self.models[name]
 

@@ -37,9 +37,11 @@ IMAGE_PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,i
 
 def too_long(limit: int, out: int, n: int) -> str:
     """vLLM's length error, verbatim (REFERENCE.md)."""
-    return (f"This model's maximum context length is {limit} tokens. However, you requested {out} output tokens "
-            f"and your prompt contains {n} input tokens, for a total of {n + out} tokens. Please reduce the "
-            "length of the input prompt or the number of requested output tokens.")
+    return (
+        f"This model's maximum context length is {limit} tokens. However, you requested {out} output tokens "
+        f"and your prompt contains {n} input tokens, for a total of {n + out} tokens. Please reduce the "
+        "length of the input prompt or the number of requested output tokens."
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +118,14 @@ def resolver(model_dir):
     return GenerationResolver.from_model_dir(str(model_dir))
 
 
-@pytest.mark.parametrize("value, message", [
-    (None, "Input 'max_tokens' is required for generation."),
-    (0, "max_tokens must be at least 1, got 0."),
-    (-3, "max_tokens must be at least 1, got -3."),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (None, "Input 'max_tokens' is required for generation."),
+        (0, "max_tokens must be at least 1, got 0."),
+        (-3, "max_tokens must be at least 1, got -3."),
+    ],
+)
 def test_max_tokens_is_required_and_positive(value, message):
     with pytest.raises(MaxTokensError) as e:
         require_max_tokens(value)
@@ -144,8 +149,9 @@ def test_engine_flags(resolver):
 
 
 def test_seed_default_is_fresh_per_request_and_a_given_seed_is_kept(resolver):
-    seeds = {int(GenerationRequest.from_fields(1, {"temperature": 1.0}, None).tensors(resolver)["seed"][0])
-             for _ in range(8)}
+    seeds = {
+        int(GenerationRequest.from_fields(1, {"temperature": 1.0}, None).tensors(resolver)["seed"][0]) for _ in range(8)
+    }
     assert len(seeds) == 8 and all(0 <= s < 2**63 for s in seeds)
     t = GenerationRequest.from_fields(1, {"seed": 7}, None).tensors(resolver)
     assert t["seed"].dtype == np.uint64 and t["seed"].tolist() == [7]
@@ -167,7 +173,9 @@ def test_end_and_pad_ids(resolver):
 def test_length_limit_is_what_tokenize_resolved():
     assert request_tokenize_params(64, None).length_limit == LengthLimit(64, 0)
     assert request_tokenize_params(64, None, max_output_tokens=10).length_limit == LengthLimit(64, 10)
-    assert request_tokenize_params(64, {"max_total_tokens": 32, "max_output_tokens": 4}).length_limit == LengthLimit(32, 4)
+    assert request_tokenize_params(64, {"max_total_tokens": 32, "max_output_tokens": 4}).length_limit == LengthLimit(
+        32, 4
+    )
     assert TokenizeParams(max_total_tokens=None).length_limit == LengthLimit(None, 0)
 
 
@@ -178,13 +186,16 @@ def test_length_limit_round_trips_through_its_tensor(limit):
     assert LengthLimit.from_values(values) == limit
 
 
-@pytest.mark.parametrize("values, message", [
-    ([], "must hold 2 values (max_total_tokens, max_output_tokens), got 0."),
-    ([64, 1, 2], "got 3."),
-    ([0, 0], "got [0, 0]."),
-    ([64, 65], "got [64, 65]."),
-    ([64, -1], "got [64, -1]."),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ([], "must hold 2 values (max_total_tokens, max_output_tokens), got 0."),
+        ([64, 1, 2], "got 3."),
+        ([0, 0], "got [0, 0]."),
+        ([64, 65], "got [64, 65]."),
+        ([64, -1], "got [64, -1]."),
+    ],
+)
 def test_a_malformed_length_limit_is_refused(values, message):
     with pytest.raises(LengthLimitError) as e:
         LengthLimit.from_values(values)
@@ -226,12 +237,16 @@ def test_tokenize_honours_max_model_len(model_dir):
     r = Renderer.from_config(RendererConfig(model_dir=str(model_dir), max_model_len=16))
     params = r.request_params(None)
     assert params.length_limit == LengthLimit(16, 0)
-    ok, over = r.render_batch([completion_prompt(token_ids=list(range(5, 21))), completion_prompt(token_ids=list(range(5, 22)))],
-                              [params, params])
+    ok, over = r.render_batch(
+        [completion_prompt(token_ids=list(range(5, 21))), completion_prompt(token_ids=list(range(5, 22)))],
+        [params, params],
+    )
     assert len(ok.prompt_token_ids) == 16
     assert isinstance(over, PromptTooLongError) and str(over) == too_long(16, 0, 17)
-    with pytest.raises(InvalidParamsError, match="max_total_tokens=17 cannot be greater than the model's maximum "
-                                                 "context length of 16 tokens."):
+    with pytest.raises(
+        InvalidParamsError,
+        match="max_total_tokens=17 cannot be greater than the model's maximum context length of 16 tokens.",
+    ):
         r.request_params({"max_total_tokens": 17})
 
 
@@ -251,11 +266,14 @@ def test_encoder_decoder_prompts_honour_max_model_len(encdec_dir):
     r = EncoderDecoderRenderer.from_model_dir(encdec_dir, max_model_len=16)
     assert r.renderer.info.max_model_len == 16
     params = r.renderer.request_params(None)
-    ok, enc_over, dec_over = r.render_batch([
-        encoder_decoder_prompt(encoder_token_ids=list(range(5, 21))),
-        encoder_decoder_prompt(encoder_token_ids=list(range(5, 22))),
-        encoder_decoder_prompt(encoder_token_ids=[5], decoder_token_ids=list(range(5, 22))),
-    ], [params] * 3)
+    ok, enc_over, dec_over = r.render_batch(
+        [
+            encoder_decoder_prompt(encoder_token_ids=list(range(5, 21))),
+            encoder_decoder_prompt(encoder_token_ids=list(range(5, 22))),
+            encoder_decoder_prompt(encoder_token_ids=[5], decoder_token_ids=list(range(5, 22))),
+        ],
+        [params] * 3,
+    )
     assert len(ok.encoder.prompt_token_ids) == 16
     assert str(enc_over) == too_long(16, 0, 17) and str(dec_over) == too_long(16, 0, 17)
     assert EncoderDecoderRenderer.from_model_dir(encdec_dir, max_model_len=10**6).renderer.info.max_model_len == 512

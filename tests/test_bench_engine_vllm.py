@@ -9,13 +9,25 @@ from benchmarks.report import engine_summary
 
 
 def row(target, conc, tps, ttft, rnd, texts=None, errors=()):
-    return {"target": target, "concurrency": conc, "output_tokens_per_s": tps, "ttft_p50_ms": ttft, "round": rnd,
-            "errors": list(errors), "texts": texts or {"0": "Paris."}}
+    return {
+        "target": target,
+        "concurrency": conc,
+        "output_tokens_per_s": tps,
+        "ttft_p50_ms": ttft,
+        "round": rnd,
+        "errors": list(errors),
+        "texts": texts or {"0": "Paris."},
+    }
 
 
 def test_medians_and_ratios():
-    rows = [row("ours", 1, 10.0, 300.0, 0), row("ours", 1, 12.0, 280.0, 1), row("ours", 1, 1.0, 9e9, 2, errors=["x"]),
-            row("vllm", 1, 11.0, 250.0, 0), row("vllm", 1, 11.0, 230.0, 1)]
+    rows = [
+        row("ours", 1, 10.0, 300.0, 0),
+        row("ours", 1, 12.0, 280.0, 1),
+        row("ours", 1, 1.0, 9e9, 2, errors=["x"]),
+        row("vllm", 1, 11.0, 250.0, 0),
+        row("vllm", 1, 11.0, 230.0, 1),
+    ]
     s = summarize(rows)
     c1 = s["by_concurrency"]["1"]
     assert c1["ours_tokens_per_s"] == 11.0 and c1["ours_ttft_p50_ms"] == 290.0  # the failed row is not a median input

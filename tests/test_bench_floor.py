@@ -18,16 +18,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def config_outputs(model: str) -> set[str]:
     text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
-    block = text[text.index("output ["):]
-    block = block[:block.index("]\n")]
+    block = text[text.index("output [") :]
+    block = block[: block.index("]\n")]
     return set(re.findall(r'name:\s*"([^"]+)"', block))
 
 
 def stand_in_outputs(model: str) -> set[str]:
     tree = ast.parse((ROOT / "benchmarks" / "floor" / f"{model}.py").read_text())
-    return {node.args[0].value for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Tensor"
-            and node.args and isinstance(node.args[0], ast.Constant)}
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "Tensor"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
 
 
 @pytest.mark.parametrize("model", ["tokenize", "chat_render"])
@@ -43,6 +48,12 @@ def test_floor_templates_replace_only_the_two_stages(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "WORK", tmp_path)
     dst = run.floor_templates()
     for model in ("tokenize", "chat_render"):
-        assert (dst / model / "1" / "model.py").read_text() == (ROOT / "benchmarks" / "floor" / f"{model}.py").read_text()
-    assert (dst / "render_chat" / "config.pbtxt").read_text() == (ROOT / "model_repository" / "render_chat" / "config.pbtxt").read_text()
-    assert (dst / "detokenize" / "1" / "model.py").read_text() == (ROOT / "model_repository" / "detokenize" / "1" / "model.py").read_text()
+        assert (dst / model / "1" / "model.py").read_text() == (
+            ROOT / "benchmarks" / "floor" / f"{model}.py"
+        ).read_text()
+    assert (dst / "render_chat" / "config.pbtxt").read_text() == (
+        ROOT / "model_repository" / "render_chat" / "config.pbtxt"
+    ).read_text()
+    assert (dst / "detokenize" / "1" / "model.py").read_text() == (
+        ROOT / "model_repository" / "detokenize" / "1" / "model.py"
+    ).read_text()

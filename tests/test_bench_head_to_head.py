@@ -15,12 +15,14 @@ from benchmarks import report
 
 def _measure(log: list[str], name: str, rates: dict[tuple[str, int], list[float]]) -> h2h.Measure:
     """A fake measurement returning the next rate of a script for (model, concurrency); 0 means failed."""
+
     def measure(model: str, _input: str, c: int) -> dict[str, Any]:
         log.append(name)
         rate = rates[(model, c)].pop(0)
         if not rate:
             return {"error": "perf_analyzer failed (2): perf_analyzer -m x\nFailed to obtain stable measurement."}
         return {"requests_per_s": rate, "p50_ms": 1000.0 * c / rate}
+
     return measure
 
 
@@ -28,8 +30,10 @@ def _script() -> tuple[list[str], list[h2h.Target], list[h2h.Case]]:
     log: list[str] = []
     ours = {("render_chat", 1): [400.0, 500.0, 450.0], ("render_chat", 8): [1200.0, 1000.0, 1100.0]}
     peer = {("render_chat", 1): [250.0, 0.0, 350.0], ("render_chat", 8): [300.0, 320.0, 310.0]}
-    targets = [h2h.Target("ours grpc", "ours", _measure(log, "ours grpc", ours)),
-               h2h.Target("vllm", "peer", _measure(log, "vllm", peer))]
+    targets = [
+        h2h.Target("ours grpc", "ours", _measure(log, "ours grpc", ours)),
+        h2h.Target("vllm", "peer", _measure(log, "vllm", peer)),
+    ]
     cases = [h2h.Case("render_chat", "chat_mix", 1), h2h.Case("render_chat", "chat_mix", 8)]
     return log, targets, cases
 
@@ -37,7 +41,7 @@ def _script() -> tuple[list[str], list[h2h.Target], list[h2h.Case]]:
 def test_rounds_alternate_the_order_of_targets() -> None:
     log, targets, cases = _script()
     h2h.run(targets, cases, rounds=3)
-    per_round = [log[i:i + 4] for i in range(0, len(log), 4)]
+    per_round = [log[i : i + 4] for i in range(0, len(log), 4)]
     assert per_round == [["ours grpc", "vllm"] * 2, ["vllm", "ours grpc"] * 2, ["ours grpc", "vllm"] * 2]
 
 
@@ -58,15 +62,29 @@ def _res_with(h2h_rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _row(model: str, side: str, c: int, rate: float, p50: float) -> dict[str, Any]:
-    return {"model": model, "input": "i", "concurrency": c, "target": side, "side": side, "rounds": 3,
-            "requests_per_s": rate, "p50_ms": p50, "samples": []}
+    return {
+        "model": model,
+        "input": "i",
+        "concurrency": c,
+        "target": side,
+        "side": side,
+        "rounds": 3,
+        "requests_per_s": rate,
+        "p50_ms": p50,
+        "samples": [],
+    }
 
 
 def test_summary_ratios_divide_best_medians() -> None:
-    rows = [_row("render_chat", "ours", 1, 400, 2.0), _row("render_chat", "ours", 8, 1200, 6.0),
-            _row("render_chat", "peer", 1, 250, 3.9), _row("render_chat", "peer", 8, 400, 20.0),
-            _row("render_completion", "ours", 8, 2000, 3.0), _row("render_completion", "peer", 8, 800, 9.0),
-            _row("render_chat", "floor", 1, 700, 1.3)]
+    rows = [
+        _row("render_chat", "ours", 1, 400, 2.0),
+        _row("render_chat", "ours", 8, 1200, 6.0),
+        _row("render_chat", "peer", 1, 250, 3.9),
+        _row("render_chat", "peer", 8, 400, 20.0),
+        _row("render_completion", "ours", 8, 2000, 3.0),
+        _row("render_completion", "peer", 8, 800, 9.0),
+        _row("render_chat", "floor", 1, 700, 1.3),
+    ]
     s = report.head_to_head_summary(_res_with(rows))
     assert s["render_chat_vs_vllm_interleaved"] == 3.0
     assert s["render_completion_vs_vllm_interleaved"] == 2.5

@@ -19,14 +19,30 @@ from client import RendererClient, RequestError, error_kind, triton_check_kind
 from client.triton_client import GRPC_STREAM_ERRORS
 
 
-@pytest.mark.parametrize("status, kind", [
-    ("400", "client"), (400, "client"), ("404", "client"), ("500", "internal"), (500, "internal"),
-    ("503", "unavailable"), ("429", "unavailable"),
-    ("StatusCode.INVALID_ARGUMENT", "client"), ("INVALID_ARGUMENT", "client"), ("StatusCode.NOT_FOUND", "client"),
-    ("StatusCode.INTERNAL", "internal"), ("StatusCode.UNKNOWN", "internal"),
-    ("StatusCode.UNAVAILABLE", "unavailable"), ("StatusCode.DEADLINE_EXCEEDED", "unavailable"),
-    (None, "unknown"), ("", "unknown"), ("None", "unknown"), ("200", "unknown"), ("StatusCode.BOGUS", "unknown"),
-])
+@pytest.mark.parametrize(
+    "status, kind",
+    [
+        ("400", "client"),
+        (400, "client"),
+        ("404", "client"),
+        ("500", "internal"),
+        (500, "internal"),
+        ("503", "unavailable"),
+        ("429", "unavailable"),
+        ("StatusCode.INVALID_ARGUMENT", "client"),
+        ("INVALID_ARGUMENT", "client"),
+        ("StatusCode.NOT_FOUND", "client"),
+        ("StatusCode.INTERNAL", "internal"),
+        ("StatusCode.UNKNOWN", "internal"),
+        ("StatusCode.UNAVAILABLE", "unavailable"),
+        ("StatusCode.DEADLINE_EXCEEDED", "unavailable"),
+        (None, "unknown"),
+        ("", "unknown"),
+        ("None", "unknown"),
+        ("200", "unknown"),
+        ("StatusCode.BOGUS", "unknown"),
+    ],
+)
 def test_error_kind(status: Any, kind: str) -> None:
     assert error_kind(status) == kind
     e = RequestError(status, "a message")
@@ -40,6 +56,7 @@ def test_no_status_is_empty_and_never_a_client_error() -> None:
 
 
 # --- HTTP generate_stream (SSE) against a stub HTTP server -----------------------------------
+
 
 @contextmanager
 def _serve(reply: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
@@ -64,12 +81,14 @@ def _serve(reply: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
 def _sse(status: int, *events: dict[str, Any]) -> Callable[[BaseHTTPRequestHandler], None]:
     """Triton's generate_stream: an error that comes first gets its HTTP status; one after
     the 200 header is a ``data: {"error": ...}`` event with no status."""
+
     def reply(h: BaseHTTPRequestHandler) -> None:
         h.send_response(status)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
         for e in events:
             h.wfile.write(b"data: " + json.dumps(e).encode() + b"\n\n")
+
     return reply
 
 
@@ -97,6 +116,7 @@ def test_sse_error_after_the_header_is_unknown_not_client() -> None:
 
 # --- gRPC stream against a stand-in for tritonclient's stream --------------------------------
 
+
 class _FakeStream:
     """What ``tritonclient.grpc`` hands the stream callback when Triton ends a stream with an error."""
 
@@ -122,12 +142,17 @@ class _FakeStream:
 REFUSED = "[request id: <id_unknown>] unexpected shape for input 'prompt' for model 'completion'. Expected [-1,1]"
 
 
-@pytest.mark.parametrize("status, message, kind", [
-    ("StatusCode.INVALID_ARGUMENT", "a message", "client"), ("StatusCode.INTERNAL", "a message", "internal"),
-    ("StatusCode.UNKNOWN", "a message", "internal"), (None, "a message", "unknown"),
-    (None, REFUSED, "client"),  # Triton's own request check: its stream drops the code
-    ("StatusCode.INTERNAL", REFUSED, "internal"),  # a code, when there is one, decides
-])
+@pytest.mark.parametrize(
+    "status, message, kind",
+    [
+        ("StatusCode.INVALID_ARGUMENT", "a message", "client"),
+        ("StatusCode.INTERNAL", "a message", "internal"),
+        ("StatusCode.UNKNOWN", "a message", "internal"),
+        (None, "a message", "unknown"),
+        (None, REFUSED, "client"),  # Triton's own request check: its stream drops the code
+        ("StatusCode.INTERNAL", REFUSED, "internal"),  # a code, when there is one, decides
+    ],
+)
 def test_grpc_stream_error_kind(status: str | None, message: str, kind: str) -> None:
     c = RendererClient("127.0.0.1:1", "grpc", timeout_s=10)  # never connects: the stream is faked
     fake = _FakeStream(InferenceServerException(msg=message, status=status))
@@ -139,19 +164,30 @@ def test_grpc_stream_error_kind(status: str | None, message: str, kind: str) -> 
     assert fake.headers == GRPC_STREAM_ERRORS  # what makes Triton send a model's code at all
 
 
-@pytest.mark.parametrize("message, kind", [
-    ("Request for unknown model: 'x' is not found", "client"),
-    ("[request id: <id_unknown>] expected number of inputs between 2 and 7 but got 1 inputs for model 'chat'.",
-     "client"),
-    ("unexpected inference input 'bogus' for model 'completion'", "client"),
-    ("[request id: 7] inference input 'prompt' data-type is 'FP32', but model 'completion' expects 'BYTES'", "client"),
-    ("[request id: <id_unknown>] input byte size mismatch for input 'max_tokens' for model 'completion'.", "client"),
-    ("GRPC server is shutting down and has stopped accepting new requests.", "unavailable"),
-    # Not Triton's checks: a model's fault, or a check's wording quoted inside another message.
-    ("detokenize: internal error: KeyError: 3", "unknown"),
-    ("engine 'llm': unexpected shape for input 'x' for model 'y'", "unknown"),
-    ("", "unknown"),
-])
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        ("Request for unknown model: 'x' is not found", "client"),
+        (
+            "[request id: <id_unknown>] expected number of inputs between 2 and 7 but got 1 inputs for model 'chat'.",
+            "client",
+        ),
+        ("unexpected inference input 'bogus' for model 'completion'", "client"),
+        (
+            "[request id: 7] inference input 'prompt' data-type is 'FP32', but model 'completion' expects 'BYTES'",
+            "client",
+        ),
+        (
+            "[request id: <id_unknown>] input byte size mismatch for input 'max_tokens' for model 'completion'.",
+            "client",
+        ),
+        ("GRPC server is shutting down and has stopped accepting new requests.", "unavailable"),
+        # Not Triton's checks: a model's fault, or a check's wording quoted inside another message.
+        ("detokenize: internal error: KeyError: 3", "unknown"),
+        ("engine 'llm': unexpected shape for input 'x' for model 'y'", "unknown"),
+        ("", "unknown"),
+    ],
+)
 def test_triton_check_kind(message: str, kind: str) -> None:
     assert triton_check_kind(message) == kind
 
@@ -160,6 +196,9 @@ def test_http_generate_takes_a_batch_of_one() -> None:
     import numpy as np
 
     c = RendererClient("127.0.0.1:1", "http", timeout_s=1)  # refused before anything is sent
-    with pytest.raises(ValueError, match=r"prompt: the HTTP generate endpoint takes a batch of exactly 1, got shape "
-                                         r"\[2, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"prompt: the HTTP generate endpoint takes a batch of exactly 1, got shape "
+        r"\[2, 1\]",
+    ):
         list(c.stream("completion", {"prompt": np.array([[b"a"], [b"b"]], dtype=object)}))

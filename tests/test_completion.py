@@ -34,7 +34,7 @@ def test_greedy_matches_transformers_generate(client, model_dir, hf_tokenizer):
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     ids = hf_tokenizer(PROMPT, return_tensors="pt").input_ids
-    ref = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:].tolist()
+    ref = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :].tolist()
     [whole] = generate(client, stream=False, max_tokens=12)
     assert whole.output_ids == ref
 
@@ -58,13 +58,19 @@ def test_seeded_sampling_is_reproducible(client):
     assert len({tuple(a.output_ids), tuple(c.output_ids), tuple(d.output_ids)}) > 1, "seeds do not change sampling"
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"max_tokens": 0}, "max_tokens must be at least 1"),
-    ({"sampling_params": {"temprature": 1}}, "Unknown field(s) in sampling_params: temprature"),
-    ({"sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
-    ({"sampling_params": {"stop": 5}}, "sampling_params.stop must be"),
-    ({"max_tokens": 8190}, "This model's maximum context length is 8192 tokens. However, you requested 8190 output tokens"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"max_tokens": 0}, "max_tokens must be at least 1"),
+        ({"sampling_params": {"temprature": 1}}, "Unknown field(s) in sampling_params: temprature"),
+        ({"sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+        ({"sampling_params": {"stop": 5}}, "sampling_params.stop must be"),
+        (
+            {"max_tokens": 8190},
+            "This model's maximum context length is 8192 tokens. However, you requested 8190 output tokens",
+        ),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
 def test_bad_generation_requests(client, kw, message, stream):
     with pytest.raises(RequestError) as e:
@@ -91,8 +97,10 @@ TRITON_REFUSALS = {
     "unknown input": ("render_completion", {"prompt": b"hi", "bogus": b"x"}),
     "wrong dtype": ("render_completion", {"prompt": np.array([[1.5]], np.float32)}),
     "wrong shape": ("render_completion", {"prompt": np.array([[b"a", b"b"]], object)}),
-    "byte size": ("render_completion", {"prompt_token_ids": np.zeros((1, 0), np.int32),
-                                        "tokenize_params": np.zeros((1, 0), object)}),
+    "byte size": (
+        "render_completion",
+        {"prompt_token_ids": np.zeros((1, 0), np.int32), "tokenize_params": np.zeros((1, 0), object)},
+    ),
     "unknown model": ("no_such_model", {"prompt": b"hi"}),
 }
 

@@ -96,8 +96,13 @@ def repository(request, stub_backend, tmp_path_factory):
     from serving import launch
 
     family = request.param
-    s = replace(launch.Settings(), model=BUILTIN[family], build_dir=str(tmp_path_factory.mktemp(f"contract-{family}")),
-                mm_instance_kind="KIND_CPU", openai_port=0)
+    s = replace(
+        launch.Settings(),
+        model=BUILTIN[family],
+        build_dir=str(tmp_path_factory.mktemp(f"contract-{family}")),
+        mm_instance_kind="KIND_CPU",
+        openai_port=0,
+    )
     launch.prepare(s)
     repo = InProcessRepository(s.repository)
     yield family, repo
@@ -125,8 +130,11 @@ def test_the_check_refuses_a_drift():
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    cfg = text_format.Parse('name: "m" output [ { name: "ids" data_type: TYPE_INT32 dims: [ -1, 2 ] },'
-                            ' { name: "text" data_type: TYPE_STRING dims: [ 1 ] } ]', model_config_pb2.ModelConfig())
+    cfg = text_format.Parse(
+        'name: "m" output [ { name: "ids" data_type: TYPE_INT32 dims: [ -1, 2 ] },'
+        ' { name: "text" data_type: TYPE_STRING dims: [ 1 ] } ]',
+        model_config_pb2.ModelConfig(),
+    )
 
     def problems(**tensors):
         return output_problems(cfg, InferenceResponse([Tensor(k, v) for k, v in tensors.items()]))
@@ -149,7 +157,9 @@ def test_an_adapter_that_drifts_fails(stub_backend, tmp_path):
     launch.prepare(s)
     cfg_path = s.repository / "chat_render" / "config.pbtxt"
     text = cfg_path.read_text()
-    drifted = text.replace('{ name: "mm_placeholders" data_type: TYPE_INT32', '{ name: "mm_placeholders" data_type: TYPE_INT64')
+    drifted = text.replace(
+        '{ name: "mm_placeholders" data_type: TYPE_INT32', '{ name: "mm_placeholders" data_type: TYPE_INT64'
+    )
     assert drifted != text
     cfg_path.write_text(drifted)
     repo = InProcessRepository(s.repository)
@@ -174,8 +184,12 @@ def test_family_variants_come_from_one_template():
     from renderer.multimodal.tensors import FAMILY_IMAGE_TENSORS
 
     for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir()):
-        variants = [f"config.{family}.pbtxt" for family in FAMILY_IMAGE_TENSORS if (model / f"config.{family}.pbtxt").exists()]
-        assert variants == [], f"{model.name}: per-family copies {variants}; use config.multimodal.pbtxt and the family vars"
+        variants = [
+            f"config.{family}.pbtxt" for family in FAMILY_IMAGE_TENSORS if (model / f"config.{family}.pbtxt").exists()
+        ]
+        assert variants == [], (
+            f"{model.name}: per-family copies {variants}; use config.multimodal.pbtxt and the family vars"
+        )
     for model in ("chat", "render_chat", "mm_process"):
         assert (TEMPLATES / model / "config.multimodal.pbtxt").exists(), model
 
@@ -191,8 +205,10 @@ def test_one_template_renders_each_familys_image_tensors(tmp_path, family):
     repo = launch.render_repository(s, family)
     want = {t.name: (t.dtype, list(t.dims)) for t in image_tensors(family)}
     for model in ("mm_process", "render_chat"):
-        declared = {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims))
-                    for t in parse_config(repo / model / "config.pbtxt").output}
+        declared = {
+            t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims))
+            for t in parse_config(repo / model / "config.pbtxt").output
+        }
         assert {n: declared.get(n) for n in want} == want, model
     chat = parse_config(repo / "chat" / "config.pbtxt")
     detokenize = next(step for step in chat.ensemble_scheduling.step if step.model_name == "detokenize")

@@ -94,7 +94,8 @@ def test_manifests_validate_against_kubernetes_schemas(rendered, name, version):
 def test_overlay_has_every_piece(rendered, overlay):
     objs = rendered[overlay]
     assert sorted(o["kind"] for o in objs) == sorted(
-        ["ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"])
+        ["ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
+    )
     deploy, svc = one(objs, "Deployment"), one(objs, "Service")
     hpa, pdb = one(objs, "HorizontalPodAutoscaler"), one(objs, "PodDisruptionBudget")
     pod = deploy["spec"]["template"]
@@ -107,11 +108,19 @@ def test_overlay_has_every_piece(rendered, overlay):
 
     # Ports: ConfigMap == container == Service; probes on Triton's health endpoints and the front's.
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": int(env["HTTP_PORT"]), "grpc": int(env["GRPC_PORT"]),
-                     "metrics": int(env["METRICS_PORT"]), "openai": int(env["OPENAI_PORT"])} == {
-        "http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
+    assert (
+        ports
+        == {
+            "http": int(env["HTTP_PORT"]),
+            "grpc": int(env["GRPC_PORT"]),
+            "metrics": int(env["METRICS_PORT"]),
+            "openai": int(env["OPENAI_PORT"]),
+        }
+        == {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
+    )
     assert {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
-        n: (p, n) for n, p in ports.items()}
+        n: (p, n) for n, p in ports.items()
+    }
     assert c["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "openai"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
@@ -130,12 +139,18 @@ def test_overlay_has_every_piece(rendered, overlay):
 
     # Selectors reach the pods; the autoscaler and budget aim at this Deployment.
     labels = pod["metadata"]["labels"]
-    for selector in (deploy["spec"]["selector"]["matchLabels"], svc["spec"]["selector"],
-                     pdb["spec"]["selector"]["matchLabels"]):
+    for selector in (
+        deploy["spec"]["selector"]["matchLabels"],
+        svc["spec"]["selector"],
+        pdb["spec"]["selector"]["matchLabels"],
+    ):
         assert selector == APP and APP.items() <= labels.items()
     assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": deploy["metadata"]["name"]}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deploy["metadata"]["name"],
+    }
     assert hpa["spec"]["minReplicas"] >= 2, "a PodDisruptionBudget with one replica blocks node drains"
 
     gpus = c["resources"]["limits"].get("nvidia.com/gpu")
@@ -163,8 +178,11 @@ def test_loadtest_job_targets_the_service(rendered):
 
 
 def test_dockerfile_lints_clean():
-    out = subprocess.run([tool("hadolint"), "--no-color", "--failure-threshold", "style",
-                          str(DOCKER / "Dockerfile")], capture_output=True, text=True)
+    out = subprocess.run(
+        [tool("hadolint"), "--no-color", "--failure-threshold", "style", str(DOCKER / "Dockerfile")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -216,8 +234,9 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
     assert re.search(r"^RUN python -m serving\.default_model ", text, re.M)
     # ...and every other built-in model the launcher prepares: MODELS_DIR is read-only in the pod.
     assert re.search(r"^ && BUILD_DIR=\S+ python -m serving\.launch render", text, re.M)
-    env = dict(re.findall(r"\b([A-Z_]+)=(\S+)", " ".join(
-        line for line in joined.splitlines() if line.startswith("ENV "))))
+    env = dict(
+        re.findall(r"\b([A-Z_]+)=(\S+)", " ".join(line for line in joined.splitlines() if line.startswith("ENV ")))
+    )
     assert env["HOST"] == "0.0.0.0" and env["TRITON_HOME"] == "/opt/tritonserver"
     assert env["MODEL_DIR"].startswith(env["MODELS_DIR"] + "/")
     assert env["MODEL_DIR"] in re.search(r"^RUN python -m serving\.default_model (\S+)", text, re.M).group(0)
@@ -228,8 +247,16 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
     assert "-m serving.launch" in (DOCKER / "entrypoint.sh").read_text()
     # The build context is allow-listed; entrypoint.sh and all copied sources are in it.
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
-    for path in ("renderer/", "serving/", "model_repository/", "client/", "docker/entrypoint.sh",
-                 "requirements.txt", "requirements-nodeps.txt", "requirements-server.txt"):
+    for path in (
+        "renderer/",
+        "serving/",
+        "model_repository/",
+        "client/",
+        "docker/entrypoint.sh",
+        "requirements.txt",
+        "requirements-nodeps.txt",
+        "requirements-server.txt",
+    ):
         assert f"!{path}" in ignore, path
 
 
@@ -270,15 +297,25 @@ def container(tmp_path_factory, rendered):
     model_dir = build(ROOT / "build" / "models" / "smollm2-135m-instruct")
     env = {k: v for k, v in os.environ.items() if k not in SETTING_NAMES}
     env.update(launcher_env(rendered["cpu"]))
-    env.update(HOST="127.0.0.1", HTTP_PORT="19000", GRPC_PORT="19001", METRICS_PORT="19002", OPENAI_PORT="19003",
-               MODEL_DIR=str(model_dir), MODELS_DIR=str(model_dir.parent), BUILD_DIR=str(tmp / "build"),
-               TRITON_HOME=str(_image_like_triton_home(tmp)), PYTHON=sys.executable)
+    env.update(
+        HOST="127.0.0.1",
+        HTTP_PORT="19000",
+        GRPC_PORT="19001",
+        METRICS_PORT="19002",
+        OPENAI_PORT="19003",
+        MODEL_DIR=str(model_dir),
+        MODELS_DIR=str(model_dir.parent),
+        BUILD_DIR=str(tmp / "build"),
+        TRITON_HOME=str(_image_like_triton_home(tmp)),
+        PYTHON=sys.executable,
+    )
     env.pop("CLEAN_STALE_SHM", None)  # other servers' regions live in this host's /dev/shm
     with mock.patch.dict(os.environ, env, clear=True):
         settings = launch.Settings.from_env()  # what the launcher in the pod reads
     log = open(tmp / "entrypoint.log", "wb")
-    proc = subprocess.Popen([str(DOCKER / "entrypoint.sh"), "serve"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(DOCKER / "entrypoint.sh"), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 240
         while not launch.is_ready(settings):

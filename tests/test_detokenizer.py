@@ -30,15 +30,19 @@ def run(tok, case, chunk: int = 1):
     p = case["params"]
     stop_ids = [case["eos_token_id"]] + list(p.get("stop_token_ids", []))
     d = IncrementalDetokenizer(
-        tok, case["prompt_ids"], stop=p.get("stop", ()), stop_token_ids=stop_ids,
+        tok,
+        case["prompt_ids"],
+        stop=p.get("stop", ()),
+        stop_token_ids=stop_ids,
         include_stop_str_in_output=p.get("include_stop_str_in_output", False),
-        skip_special_tokens=p.get("skip_special_tokens", True), min_tokens=p.get("min_tokens", 0),
+        skip_special_tokens=p.get("skip_special_tokens", True),
+        min_tokens=p.get("min_tokens", 0),
         max_tokens=case["max_tokens"],
     )
     pieces, progress = [], None
     ids = case["engine_ids"]
     for k in range(0, len(ids), chunk):
-        progress = d.push(ids[k:k + chunk])
+        progress = d.push(ids[k : k + chunk])
         pieces.append(d.next_text())
         if progress.finish_reason is not None:
             break
@@ -68,8 +72,9 @@ def test_several_ids_per_response_give_the_same_text(tok, case):
     assert d.output_ids == case["output_ids"]
 
 
-@pytest.mark.parametrize("case", [c for c in FIXTURE["cases"] if any(ord(ch) > 127 for ch in c["text"])],
-                         ids=lambda c: c["text"][:12])
+@pytest.mark.parametrize(
+    "case", [c for c in FIXTURE["cases"] if any(ord(ch) > 127 for ch in c["text"])], ids=lambda c: c["text"][:12]
+)
 def test_no_piece_holds_a_broken_character(tok, case):
     _, pieces, _ = run(tok, case)
     assert all("\ufffd" not in p for p in pieces)
@@ -96,8 +101,9 @@ def test_slow_tokenizer_path_concatenates_to_decode(model_dir):
     for case in FIXTURE["cases"][:8]:
         d = IncrementalDetokenizer(Slow(), case["prompt_ids"])
         text = "".join((d.push([i]), d.next_text())[1] for i in case["engine_ids"])
-        assert text == hf.decode(case["engine_ids"], skip_special_tokens=True).lstrip(" ") or \
-            text == hf.decode(case["engine_ids"], skip_special_tokens=True)
+        assert text == hf.decode(case["engine_ids"], skip_special_tokens=True).lstrip(" ") or text == hf.decode(
+            case["engine_ids"], skip_special_tokens=True
+        )
 
 
 # --- work per id does not grow with the output's length ------------------------------------------
@@ -105,8 +111,25 @@ def test_slow_tokenizer_path_concatenates_to_decode(model_dir):
 # by a constant, the same at id 2,000 as at id 1 (benchmarks/detokenize_stream.py times it).
 
 N_LONG = 2000
-WORDS = ["the", "renderer", "streams", "tokens,", "naïve", "café", "中文", "文本", "🦩", "👩‍👩‍👧", "e\u0301",
-         "(x)", "\n", "  ", "1234", "Ω", "stop"]
+WORDS = [
+    "the",
+    "renderer",
+    "streams",
+    "tokens,",
+    "naïve",
+    "café",
+    "中文",
+    "文本",
+    "🦩",
+    "👩‍👩‍👧",
+    "e\u0301",
+    "(x)",
+    "\n",
+    "  ",
+    "1234",
+    "Ω",
+    "stop",
+]
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +171,14 @@ def test_fast_path_hands_the_decoder_one_id_per_step(tok, long_ids, monkeypatch)
     hf = tok.for_decoding
     for name in ("decode", "batch_decode", "convert_ids_to_tokens"):
         real = getattr(type(hf), name)
-        monkeypatch.setattr(type(hf), name, lambda self, ids, *a, _r=real, **k: (
-            whole_decodes.append(len(ids) if isinstance(ids, list) else 1), _r(self, ids, *a, **k))[1])
+        monkeypatch.setattr(
+            type(hf),
+            name,
+            lambda self, ids, *a, _r=real, **k: (
+                whole_decodes.append(len(ids) if isinstance(ids, list) else 1),
+                _r(self, ids, *a, **k),
+            )[1],
+        )
     prompt = [1, 2, 3]
     d = IncrementalDetokenizer(tok, prompt, stop=["\x00never"])
     per_push: list[int] = []
@@ -182,8 +211,9 @@ def test_slow_path_decodes_a_bounded_window(tok, long_ids):
     # A window only grows while ids end inside a character: a handful of ids (emoji sequences).
     assert worst <= 16, worst
     assert all(len(s) == 2 for s in sizes)  # two decodes per id, whatever its position
-    assert d.text == hf.decode(long_ids, skip_special_tokens=True) or \
-        d.text == hf.decode(long_ids, skip_special_tokens=True).lstrip(" ")
+    assert d.text == hf.decode(long_ids, skip_special_tokens=True) or d.text == hf.decode(
+        long_ids, skip_special_tokens=True
+    ).lstrip(" ")
 
 
 def test_stop_search_sees_only_new_text_and_a_stop_strings_length(tok, long_ids, monkeypatch):
@@ -242,7 +272,7 @@ class _WholeText:
                 s, cut = hit
                 end = (len(self.text) if cut == -1 else cut) + (0 if d.include else len(s))
                 n_kept = next((j for j in range(1, len(offsets)) if offsets[j] >= end), len(ids))
-                del self.ids[first_new + n_kept:]
+                del self.ids[first_new + n_kept :]
                 if cut != -1:
                     self.text = self.text[:cut]
                 self.finish = "stop"
@@ -256,7 +286,7 @@ class _WholeText:
         end = len(self.text) - (0 if self.finish else self.d._buffer)
         if end <= self.sent:
             return ""
-        piece, self.sent = self.text[self.sent:end], end
+        piece, self.sent = self.text[self.sent : end], end
         return piece
 
 
@@ -267,20 +297,25 @@ def test_bounded_work_gives_the_whole_text_answers(tok, long_ids, seed):
     import random
 
     rng = random.Random(seed)
-    ids = long_ids[rng.randrange(0, 1500):][: rng.randrange(5, 400)]
+    ids = long_ids[rng.randrange(0, 1500) :][: rng.randrange(5, 400)]
     full = tok.for_decoding.decode(ids, skip_special_tokens=True)
     stops = []
     for _ in range(rng.randrange(0, 4)):
         a = rng.randrange(0, max(len(full) - 1, 1))
-        stops.append(full[a:a + rng.randrange(1, 12)] or "x")
-    kw = dict(stop=stops, include_stop_str_in_output=rng.random() < 0.4, min_tokens=rng.choice([0, 0, 3, 40]),
-              max_tokens=rng.choice([None, len(ids) // 2 + 1]), stop_token_ids=rng.sample(ids, rng.randrange(0, 2)))
+        stops.append(full[a : a + rng.randrange(1, 12)] or "x")
+    kw = dict(
+        stop=stops,
+        include_stop_str_in_output=rng.random() < 0.4,
+        min_tokens=rng.choice([0, 0, 3, 40]),
+        max_tokens=rng.choice([None, len(ids) // 2 + 1]),
+        stop_token_ids=rng.sample(ids, rng.randrange(0, 2)),
+    )
     new, ref = IncrementalDetokenizer(tok, [1, 2], **kw), _WholeText(tok, [1, 2], **kw)
     k = 0
     while k < len(ids):
         n = rng.choice([1, 1, 1, 2, 5])
-        p = new.push(ids[k:k + n])
-        assert (p.ids, p.finish_reason, p.stop_reason) == ref.push(ids[k:k + n]), (k, kw)
+        p = new.push(ids[k : k + n])
+        assert (p.ids, p.finish_reason, p.stop_reason) == ref.push(ids[k : k + n]), (k, kw)
         assert new.next_text() == ref.next_text(), (k, kw)
         k += n
         if p.finish_reason is not None:

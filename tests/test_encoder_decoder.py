@@ -19,7 +19,9 @@ from renderer.errors import EncoderDecoderError
 def encdec_dir(server_settings):
     from serving import default_model, seq2seq_model
 
-    return seq2seq_model.build(server_settings.resolved_encdec_model_dir, default_model.build(server_settings.resolved_model_dir))
+    return seq2seq_model.build(
+        server_settings.resolved_encdec_model_dir, default_model.build(server_settings.resolved_model_dir)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +58,18 @@ def test_token_id_prompts_and_start_token_not_doubled(client):
     assert out["decoder_input_ids"].tolist() == [0, 9]
 
 
-@pytest.mark.parametrize("tensors, message", [
-    ({"decoder_prompt": "no encoder"}, "Either encoder_prompt or encoder_prompt_token_ids must be provided."),
-    ({"encoder_prompt": "a", "encoder_prompt_token_ids": [1]}, "Only one of encoder_prompt or encoder_prompt_token_ids"),
-    ({"encoder_prompt": ""}, "The encoder prompt cannot be empty"),
-    ({"encoder_prompt_token_ids": [99999]}, "Token id 99999 is out of vocabulary"),
-])
+@pytest.mark.parametrize(
+    "tensors, message",
+    [
+        ({"decoder_prompt": "no encoder"}, "Either encoder_prompt or encoder_prompt_token_ids must be provided."),
+        (
+            {"encoder_prompt": "a", "encoder_prompt_token_ids": [1]},
+            "Only one of encoder_prompt or encoder_prompt_token_ids",
+        ),
+        ({"encoder_prompt": ""}, "The encoder prompt cannot be empty"),
+        ({"encoder_prompt_token_ids": [99999]}, "Token id 99999 is out of vocabulary"),
+    ],
+)
 @pytest.mark.live
 def test_bad_encoder_decoder_requests(client, tensors, message):
     with pytest.raises(RequestError) as e:
@@ -86,7 +94,9 @@ def test_generates_end_to_end_like_transformers(client, encdec_dir, hf_tokenizer
 
 def test_decoder_start_falls_back_to_bos_then_errors(encdec):
     base = encdec.renderer
-    no_start = EncoderDecoderRenderer(Renderer(base.tokenizer, replace(base.info, decoder_start_token_id=None), base.config))
+    no_start = EncoderDecoderRenderer(
+        Renderer(base.tokenizer, replace(base.info, decoder_start_token_id=None), base.config)
+    )
     assert no_start.decoder_start_token_id() == base.tokenizer.bos_token_id == 1
 
     class NoBos:
@@ -99,14 +109,19 @@ def test_decoder_start_falls_back_to_bos_then_errors(encdec):
 
 def test_async_twin_matches_sync_and_keeps_errors_per_item(encdec):
     p = encdec.renderer.default_completion_params
-    prompts = [encoder_decoder_prompt(encoder_text="a b c", decoder_text="x"),
-               encoder_decoder_prompt(encoder_token_ids=[]),
-               encoder_decoder_prompt(encoder_text="only encoder", cache_salt="salt")]
+    prompts = [
+        encoder_decoder_prompt(encoder_text="a b c", decoder_text="x"),
+        encoder_decoder_prompt(encoder_token_ids=[]),
+        encoder_decoder_prompt(encoder_text="only encoder", cache_salt="salt"),
+    ]
     sync = encdec.render_batch(prompts, [p] * 3)
     both = asyncio.run(encdec.render_batch_async(prompts, [p] * 3))
     for a, b in zip(sync, both):
         if isinstance(a, Exception):
             assert type(a) is type(b) and str(a) == str(b) == "The encoder prompt cannot be empty"
         else:
-            assert (a.encoder.prompt_token_ids, a.decoder_prompt_token_ids) == (b.encoder.prompt_token_ids, b.decoder_prompt_token_ids)
+            assert (a.encoder.prompt_token_ids, a.decoder_prompt_token_ids) == (
+                b.encoder.prompt_token_ids,
+                b.decoder_prompt_token_ids,
+            )
     assert sync[2].encoder.cache_salt == "salt", "cache_salt belongs to the encoder (target) prompt"

@@ -25,8 +25,15 @@ import numpy as np
 import pytest
 
 from renderer.engine_request import (
-    ENGINE_IMAGE_INPUTS, ENGINE_INPUTS, ENGINE_OUTPUTS, FORWARDED, POSTPROCESS_INPUTS, decode_word_list,
-    encode_word_list, prompt_rows, prompt_table_tensors,
+    ENGINE_IMAGE_INPUTS,
+    ENGINE_INPUTS,
+    ENGINE_OUTPUTS,
+    FORWARDED,
+    POSTPROCESS_INPUTS,
+    decode_word_list,
+    encode_word_list,
+    prompt_rows,
+    prompt_table_tensors,
 )
 from renderer.errors import EmbedsError, InvalidParamsError
 
@@ -95,8 +102,9 @@ def test_engine_configs_declare_tensorrt_llms_tensors(name):
     for t in cfg.input:
         if t.name in TRT_IN:
             assert t.optional == TRT_IN[t.name]["optional"] or t.name == "decoder_input_ids", f"{name}: {t.name}"
-    assert tensors(cfg.output) == {n: (t["data_type"], t["dims"]) for n, t in TRT_OUT.items()
-                                   if n in ("output_ids", "sequence_length")}
+    assert tensors(cfg.output) == {
+        n: (t["data_type"], t["dims"]) for n, t in TRT_OUT.items() if n in ("output_ids", "sequence_length")
+    }
 
 
 POST_CONFIGS = sorted(str(p.relative_to(REPO)) for p in REPO.glob("detokenize*/config*.pbtxt"))
@@ -140,8 +148,9 @@ def test_ensemble_front_is_tensorrt_llms_ensemble():
     assert set(ENS_IN) <= used
 
 
-ENSEMBLES = sorted(str(p.relative_to(REPO)) for p in REPO.glob("*/config*.pbtxt")
-                   if 'platform: "ensemble"' in p.read_text())
+ENSEMBLES = sorted(
+    str(p.relative_to(REPO)) for p in REPO.glob("*/config*.pbtxt") if 'platform: "ensemble"' in p.read_text()
+)
 
 
 def _model_config(model: str, variant: str):

@@ -66,8 +66,12 @@ def prompt_ids(hf_tokenizer, text: str = PROMPT) -> np.ndarray:
 
 
 def request(ids: np.ndarray, max_tokens: int = 8, **extra) -> dict[str, np.ndarray]:
-    t = {"input_ids": ids, "input_lengths": np.array([len(ids)], np.int32),
-         "request_output_len": np.array([max_tokens], np.int32), "runtime_top_k": np.array([1], np.int32)}
+    t = {
+        "input_ids": ids,
+        "input_lengths": np.array([len(ids)], np.int32),
+        "request_output_len": np.array([max_tokens], np.int32),
+        "runtime_top_k": np.array([1], np.int32),
+    }
     for k, v in extra.items():  # typed as TensorRT-LLM types them
         t[k] = np.asarray([v] if np.isscalar(v) else v, dtype=ENGINE_INPUTS[k].np_dtype)
     return t
@@ -82,7 +86,7 @@ def grpc_url(server):
 def greedy(grpc_url, hf_tokenizer):
     """The stand-in's greedy ids for PROMPT, streamed."""
     responses = engine_call(grpc_url, "llm", request(prompt_ids(hf_tokenizer), 16, streaming=True))
-    return [int(i) for ids, n, _ in responses if ids is not None for i in ids[0][:n[0]]]
+    return [int(i) for ids, n, _ in responses if ids is not None for i in ids[0][: n[0]]]
 
 
 def test_streaming_sends_deltas_and_the_final_flag_on_the_last(grpc_url, hf_tokenizer, greedy):
@@ -112,15 +116,17 @@ def test_end_id_and_stop_words_end_generation(grpc_url, hf_tokenizer, greedy):
     assert out[0].tolist() == greedy[:8]  # the stop word's ids stay in the output, as TensorRT-LLM's do
     # Before min_tokens neither the end id nor a one-id stop word may end it.
     words = encode_word_list([[greedy[2]]])
-    [(out, _, _)] = engine_call(grpc_url, "llm", request(ids, 16, exclude_input_in_output=True,
-                                                         stop_words_list=words, min_tokens=4))
+    [(out, _, _)] = engine_call(
+        grpc_url, "llm", request(ids, 16, exclude_input_in_output=True, stop_words_list=words, min_tokens=4)
+    )
     assert len(out[0]) > 3 and greedy[2] not in out[0][:4].tolist()
 
 
 def test_bad_words_are_never_generated(grpc_url, hf_tokenizer, greedy):
     words = encode_word_list([[greedy[0]]])
-    [(out, _, _)] = engine_call(grpc_url, "llm", request(prompt_ids(hf_tokenizer), 6, exclude_input_in_output=True,
-                                                         bad_words_list=words))
+    [(out, _, _)] = engine_call(
+        grpc_url, "llm", request(prompt_ids(hf_tokenizer), 6, exclude_input_in_output=True, bad_words_list=words)
+    )
     assert out[0][0] != greedy[0]
 
 
@@ -128,9 +134,16 @@ def test_seed_makes_sampling_reproducible(grpc_url, hf_tokenizer):
     ids = prompt_ids(hf_tokenizer)
 
     def sample(seed):
-        [(out, _, _)] = engine_call(grpc_url, "llm", {
-            **request(ids, 12, exclude_input_in_output=True), "runtime_top_k": np.array([50], np.int32),
-            "temperature": np.array([1.0], np.float32), "seed": np.array([seed], np.uint64)})
+        [(out, _, _)] = engine_call(
+            grpc_url,
+            "llm",
+            {
+                **request(ids, 12, exclude_input_in_output=True),
+                "runtime_top_k": np.array([50], np.int32),
+                "temperature": np.array([1.0], np.float32),
+                "seed": np.array([seed], np.uint64),
+            },
+        )
         return out[0].tolist()
 
     assert sample(2**63 + 5) == sample(2**63 + 5)  # UINT64, the whole range
@@ -146,22 +159,34 @@ def test_prompt_table_rows_generate_what_the_ids_generate(grpc_url, hf_tokenizer
     rows = table[ids.tolist()].float().numpy().astype(np.float16)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     fake = np.arange(vocab, vocab + len(ids), dtype=np.int32)
-    [(out, _, _)] = engine_call(grpc_url, "llm", request(fake, 16, exclude_input_in_output=True,
-                                                         prompt_embedding_table=rows, prompt_vocab_size=len(ids)))
+    [(out, _, _)] = engine_call(
+        grpc_url,
+        "llm",
+        request(fake, 16, exclude_input_in_output=True, prompt_embedding_table=rows, prompt_vocab_size=len(ids)),
+    )
     assert out[0].tolist() == greedy
 
 
 def test_stop_request_cancels_by_request_id(grpc_url, hf_tokenizer):
     """TensorRT-LLM's cancellation: a second request with ``stop`` = true and the same id."""
     got: list = []
-    t = threading.Thread(target=lambda: got.extend(engine_call(
-        grpc_url, "llm", request(prompt_ids(hf_tokenizer), 400, streaming=True, min_tokens=400), request_id="long-1")))
+    t = threading.Thread(
+        target=lambda: got.extend(
+            engine_call(
+                grpc_url,
+                "llm",
+                request(prompt_ids(hf_tokenizer), 400, streaming=True, min_tokens=400),
+                request_id="long-1",
+            )
+        )
+    )
     t.start()
     import time
 
     time.sleep(3)
-    [(ids, _, final)] = engine_call(grpc_url, "llm", request(np.array([1], np.int32), 1, stop=True),
-                                    request_id="long-1")
+    [(ids, _, final)] = engine_call(
+        grpc_url, "llm", request(np.array([1], np.int32), 1, stop=True), request_id="long-1"
+    )
     assert final and ids is None  # an empty final response, as TensorRT-LLM answers a stop
     t.join(timeout=60)
     assert not t.is_alive() and got and got[-1][2]
@@ -177,6 +202,7 @@ def test_inputs_it_cannot_honour_are_refused_by_name(grpc_url, hf_tokenizer, nam
 
 # --- multi-byte text through the generation ensembles ------------------------------------------
 
+
 @pytest.mark.parametrize("prompt", ["日本の首都は", "中文：你好，世界！我们", "Emoji story: 😀😃😄"])
 def test_streamed_multibyte_text_equals_the_non_streamed(client, hf_tokenizer, prompt):
     [whole] = client.generate("completion", prompt=prompt, max_tokens=24)
@@ -189,6 +215,7 @@ def test_streamed_multibyte_text_equals_the_non_streamed(client, hf_tokenizer, p
 
 
 # --- a tensorrt_llm folder from the upstream listing, and a model with two EOS ids --------------
+
 
 def trtllm_config(model_dir: Path) -> str:
     """``tensorrt_llm``'s config as upstream declares it (every input and output), served by the stand-in."""
@@ -204,10 +231,12 @@ def trtllm_config(model_dir: Path) -> str:
 
     ins = ",\n".join(tensor(t, True) for t in FIXTURE["tensorrt_llm"]["inputs"])
     outs = ",\n".join(tensor(t, False) for t in FIXTURE["tensorrt_llm"]["outputs"])
-    return (f'name: "tensorrt_llm"\nbackend: "python"\nmax_batch_size: 64\n'
-            f"model_transaction_policy {{ decoupled: true }}\ninput [\n{ins}\n]\noutput [\n{outs}\n]\n"
-            f'instance_group [ {{ count: 1 kind: KIND_CPU }} ]\n'
-            f'parameters {{ key: "model_dir" value: {{ string_value: "{model_dir}" }} }}\n')
+    return (
+        f'name: "tensorrt_llm"\nbackend: "python"\nmax_batch_size: 64\n'
+        f"model_transaction_policy {{ decoupled: true }}\ninput [\n{ins}\n]\noutput [\n{outs}\n]\n"
+        f"instance_group [ {{ count: 1 kind: KIND_CPU }} ]\n"
+        f'parameters {{ key: "model_dir" value: {{ string_value: "{model_dir}" }} }}\n'
+    )
 
 
 @pytest.fixture(scope="module")
@@ -234,9 +263,17 @@ def trtllm_server(server_settings, two_eos, tmp_path_factory):
     (engine / "config.pbtxt").write_text(trtllm_config(two_eos))
     shutil.copy(ROOT / "model_repository" / "llm" / "1" / "model.py", engine / "1" / "model.py")
     port = int(os.environ.get("TEST_ENGINE_PORT", 18400))
-    s = replace(server_settings, openai_port=0, model_dir=str(two_eos), engine_model_dir=str(engine),
-                build_dir=str(tmp_path_factory.mktemp("trtllm-build")), models="completion,chat,ensemble",
-                http_port=port, grpc_port=port + 1, metrics_port=port + 2)
+    s = replace(
+        server_settings,
+        openai_port=0,
+        model_dir=str(two_eos),
+        engine_model_dir=str(engine),
+        build_dir=str(tmp_path_factory.mktemp("trtllm-build")),
+        models="completion,chat,ensemble",
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+    )
     launch.stop(s)
     if launch.start(s) != 0:
         pytest.fail(f"tritonserver did not load the ensembles against tensorrt_llm; see {s.log_file}")
@@ -261,17 +298,26 @@ def test_every_ensemble_generates_through_tensorrt_llm(trtllm_server, server, gr
     """Same ids through the upstream-declared engine folder as through ``llm`` (every BLS tensor
     passed Triton's request checks against the upstream config)."""
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    with RendererClient(f"{trtllm_server.host}:{trtllm_server.grpc_port}", "grpc") as there, \
-            RendererClient(f"{server.host}:{server.grpc_port}", "grpc") as here:
+    with (
+        RendererClient(f"{trtllm_server.host}:{trtllm_server.grpc_port}", "grpc") as there,
+        RendererClient(f"{server.host}:{server.grpc_port}", "grpc") as here,
+    ):
         for kw in ({"prompt": "Once upon a time"}, {"messages": messages}):
             model = "chat" if "messages" in kw else "completion"
             a = list(there.generate(model, max_tokens=6, **kw))
             b = list(here.generate(model, max_tokens=6, **kw))
             assert greedy[5] not in b[0].output_ids, "pick another second EOS id for this comparison"
             assert a == b
-        [out] = list(there.stream("ensemble", {"text_input": np.array([[b"Once upon a time"]], dtype=object),
-                                               "max_tokens": np.array([[6]], np.int32),
-                                               "exclude_input_in_output": np.array([[True]])}))
+        [out] = list(
+            there.stream(
+                "ensemble",
+                {
+                    "text_input": np.array([[b"Once upon a time"]], dtype=object),
+                    "max_tokens": np.array([[6]], np.int32),
+                    "exclude_input_in_output": np.array([[True]]),
+                },
+            )
+        )
         [whole] = list(here.generate("completion", prompt="Once upon a time", max_tokens=6))
         assert out.text == whole.text
 

@@ -19,10 +19,17 @@ def getter(**tensors):
     return lambda name: None if name not in tensors else np.asarray(tensors[name])
 
 
-@pytest.mark.parametrize("inputs, greedy", [
-    ({}, True), ({"top_k": 1, "temperature": 0.7}, True), ({"top_k": 0, "top_p": 0.0}, True),
-    ({"temperature": 0.0, "top_k": 50}, True), ({"top_k": 50}, False), ({"top_p": 0.9}, False),
-])
+@pytest.mark.parametrize(
+    "inputs, greedy",
+    [
+        ({}, True),
+        ({"top_k": 1, "temperature": 0.7}, True),
+        ({"top_k": 0, "top_p": 0.0}, True),
+        ({"temperature": 0.0, "top_k": 50}, True),
+        ({"top_k": 50}, False),
+        ({"top_p": 0.9}, False),
+    ],
+)
 def test_front_greedy_is_tensorrt_llms(inputs, greedy):
     req = parse_front_request(getter(max_tokens=[8], **inputs))
     assert req.sampling.greedy == greedy
@@ -31,22 +38,38 @@ def test_front_greedy_is_tensorrt_llms(inputs, greedy):
 
 
 def test_front_reads_words_ids_and_flags():
-    req = parse_front_request(getter(max_tokens=[8], stop_words=np.array([b"\n", b"", "é".encode()], object),
-                                     bad_words=np.array([b"bad"], object), end_id=[7], pad_id=[0], stream=[True],
-                                     exclude_input_in_output=[True], seed=[2**64 - 1], min_tokens=[3]))
+    req = parse_front_request(
+        getter(
+            max_tokens=[8],
+            stop_words=np.array([b"\n", b"", "é".encode()], object),
+            bad_words=np.array([b"bad"], object),
+            end_id=[7],
+            pad_id=[0],
+            stream=[True],
+            exclude_input_in_output=[True],
+            seed=[2**64 - 1],
+            min_tokens=[3],
+        )
+    )
     assert req.sampling.stop == ("\n", "é") and req.bad_words == ("bad",)
     assert (req.end_id, req.pad_id, req.stream, req.exclude_input_in_output) == (7, 0, True, True)
     assert req.sampling.seed == 2**64 - 1 and req.sampling.min_tokens == 3
 
 
-@pytest.mark.parametrize("inputs, message", [
-    ({"beam_width": [4]}, "Input 'beam_width' is not supported by this server: beam search is not served; use 1 (got 4)"),
-    ({"lora_task_id": [3]}, "Input 'lora_task_id' is not supported"),
-    ({"return_perf_metrics": [True]}, "Input 'return_perf_metrics' is not supported"),
-    ({"max_tokens": [1, 2]}, "Input 'max_tokens' must hold exactly one element, got 2."),
-    ({"stop_words": np.array([b"\xff"], object)}, "Input 'stop_words' is not valid UTF-8."),
-    ({"repetition_penalty": [0.0]}, "repetition_penalty must be greater than zero, got 0.0."),
-])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (
+            {"beam_width": [4]},
+            "Input 'beam_width' is not supported by this server: beam search is not served; use 1 (got 4)",
+        ),
+        ({"lora_task_id": [3]}, "Input 'lora_task_id' is not supported"),
+        ({"return_perf_metrics": [True]}, "Input 'return_perf_metrics' is not supported"),
+        ({"max_tokens": [1, 2]}, "Input 'max_tokens' must hold exactly one element, got 2."),
+        ({"stop_words": np.array([b"\xff"], object)}, "Input 'stop_words' is not valid UTF-8."),
+        ({"repetition_penalty": [0.0]}, "repetition_penalty must be greater than zero, got 0.0."),
+    ],
+)
 def test_front_refusals_are_named(inputs, message):
     with pytest.raises((UnsupportedInputError, TensorError, InvalidParamsError)) as e:
         parse_front_request(getter(**{"max_tokens": [8], **inputs}))
@@ -54,21 +77,25 @@ def test_front_refusals_are_named(inputs, message):
 
 
 def test_front_accepts_no_op_values():
-    req = parse_front_request(getter(max_tokens=[8], beam_width=[1], num_return_sequences=[1],
-                                     return_log_probs=[False], length_penalty=[0.5]))
+    req = parse_front_request(
+        getter(max_tokens=[8], beam_width=[1], num_return_sequences=[1], return_log_probs=[False], length_penalty=[0.5])
+    )
     assert req.max_tokens == 8
 
 
-@pytest.mark.parametrize("bag, message", [
-    ({"temperature": 3}, "temperature must be in [0, 2], got 3.0."),
-    ({"top_k": -2}, "top_k must be 0 (disable), or at least 1, got -2."),
-    ({"top_k": 1.5}, "top_k must be an integer, got float"),
-    ({"min_tokens": 9}, "min_tokens must be less than or equal to max_tokens=8, got 9."),
-    ({"frequency_penalty": -3}, "frequency_penalty must be in [-2, 2], got -3.0."),
-    ({"stop_token_ids": ["x"]}, "stop_token_ids must contain only integers, got ['x']."),
-    ({"ignore_eos": "yes"}, "sampling_params.ignore_eos must be true or false"),
-    ({"n": 2}, "Unknown field(s) in sampling_params: n."),
-])
+@pytest.mark.parametrize(
+    "bag, message",
+    [
+        ({"temperature": 3}, "temperature must be in [0, 2], got 3.0."),
+        ({"top_k": -2}, "top_k must be 0 (disable), or at least 1, got -2."),
+        ({"top_k": 1.5}, "top_k must be an integer, got float"),
+        ({"min_tokens": 9}, "min_tokens must be less than or equal to max_tokens=8, got 9."),
+        ({"frequency_penalty": -3}, "frequency_penalty must be in [-2, 2], got -3.0."),
+        ({"stop_token_ids": ["x"]}, "stop_token_ids must contain only integers, got ['x']."),
+        ({"ignore_eos": "yes"}, "sampling_params.ignore_eos must be true or false"),
+        ({"n": 2}, "Unknown field(s) in sampling_params: n."),
+    ],
+)
 def test_sampling_params_refusals_use_vllms_words(bag, message):
     with pytest.raises(InvalidParamsError) as e:
         SamplingParams.from_request(bag, max_tokens=8)
@@ -91,17 +118,29 @@ def test_generation_tensors(model_dir):
     words = decode_word_list(t["stop_words_list"])
     assert (r.tokenizer.hf.encode("\n", add_special_tokens=False)[0],) in words
     assert [s.decode() for s in t["stop_strings"]] == ["\n", "Paris"]
-    assert t["end_id"].tolist() == [r.tokenizer.eos_token_id] and t["stop_token_ids"].tolist() == [r.tokenizer.eos_token_id]
+    assert t["end_id"].tolist() == [r.tokenizer.eos_token_id] and t["stop_token_ids"].tolist() == [
+        r.tokenizer.eos_token_id
+    ]
     sampled = r.tensors(SamplingParams(temperature=0.5, top_k=3, top_p=0.8), 16)
     assert sampled["runtime_top_k"].tolist() == [3] and sampled["temperature"].tolist() == [0.5]
 
 
 def test_engine_reads_tensorrt_llm_tensors():
     table = np.ones((2, 4), np.float16)
-    req = trtllm_request.parse(getter(input_ids=[100, 101], input_lengths=[2], request_output_len=[5],
-                                      prompt_embedding_table=table, prompt_vocab_size=[2], end_id=[2],
-                                      stop_words_list=np.array([[4, 5, 6], [1, 3, -1]], np.int32),
-                                      seed=[2**63 + 1], runtime_top_k=[1]), vocab_size=100)
+    req = trtllm_request.parse(
+        getter(
+            input_ids=[100, 101],
+            input_lengths=[2],
+            request_output_len=[5],
+            prompt_embedding_table=table,
+            prompt_vocab_size=[2],
+            end_id=[2],
+            stop_words_list=np.array([[4, 5, 6], [1, 3, -1]], np.int32),
+            seed=[2**63 + 1],
+            runtime_top_k=[1],
+        ),
+        vocab_size=100,
+    )
     assert req.prompt_embeds.shape == (2, 4) and req.input_ids == [100, 101] and req.greedy
     assert req.stop_words == ((4,), (5, 6)) and req.seed == 2**63 + 1
 

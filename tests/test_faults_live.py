@@ -36,8 +36,17 @@ def stub_regions(server_pid: int) -> set[str]:
 def fault_server(server_settings, tmp_path_factory):
     from serving import launch
 
-    s = replace(server_settings, openai_port=0, build_dir=str(tmp_path_factory.mktemp("faults")), models="render_completion,render_chat",
-                http_port=18600, grpc_port=18601, metrics_port=18602, tokenize_instances=1, chat_render_instances=2)
+    s = replace(
+        server_settings,
+        openai_port=0,
+        build_dir=str(tmp_path_factory.mktemp("faults")),
+        models="render_completion,render_chat",
+        http_port=18600,
+        grpc_port=18601,
+        metrics_port=18602,
+        tokenize_instances=1,
+        chat_render_instances=2,
+    )
     assert launch.start(s) == 0
     pid = int(Path(s.pid_file).read_text())
     REGIONS.update(stub_regions(pid))  # grows as tests see new stubs
@@ -61,7 +70,10 @@ def test_stub_killed_under_load_then_recovers(fault_server, hf_tokenizer):
             while not stop.is_set():
                 t = time.monotonic()
                 try:
-                    ok = c.render_completion("load during a fault").input_ids == hf_tokenizer("load during a fault").input_ids
+                    ok = (
+                        c.render_completion("load during a fault").input_ids
+                        == hf_tokenizer("load during a fault").input_ids
+                    )
                     results.append((t, "ok" if ok else "wrong"))
                 except RequestError as e:
                     results.append((t, f"error: {e.status}: {e.message[:160]}"))
@@ -101,7 +113,9 @@ def test_repository_api_needs_the_watchdog_token(fault_server):
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(f"{fault_server.http_url}/v2/repository/models/tokenize/unload", data=b"{}", method="POST")
+    req = urllib.request.Request(
+        f"{fault_server.http_url}/v2/repository/models/tokenize/unload", data=b"{}", method="POST"
+    )
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req)
     assert e.value.code in (401, 403)

@@ -40,8 +40,8 @@ def tree_pids(root: int) -> dict[int, str]:
         except OSError:
             continue
         pid = int(stat.parent.name)
-        name = text[text.index("(") + 1: text.rindex(")")]
-        ppid = int(text[text.rindex(")") + 2:].split()[1])
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(pid)
         names[pid] = name
     out, todo = {}, [root]
@@ -71,15 +71,27 @@ def random_json(rng: random.Random, depth: int = 0):
     if kind == 1:
         return rng.choice([True, False])
     if kind == 2:
-        return rng.choice([0, -1, 1, 2**31, -2**63, 10**30, 7])
+        return rng.choice([0, -1, 1, 2**31, -(2**63), 10**30, 7])
     if kind == 3:
         return rng.choice([0.5, -1e308, 1e-9, 3.0])
     if kind == 4:
         return "".join(rng.choice(string.printable + "中🦩\u0000") for _ in range(rng.randrange(12)))
     if kind in (5, 6):
         return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
-    keys = ["role", "content", "type", "text", "truncate_prompt_tokens", "add_generation_prompt", "chat_template",
-            "tools", "max_total_tokens", "image_url", "url", "x"]
+    keys = [
+        "role",
+        "content",
+        "type",
+        "text",
+        "truncate_prompt_tokens",
+        "add_generation_prompt",
+        "chat_template",
+        "tools",
+        "max_total_tokens",
+        "image_url",
+        "url",
+        "x",
+    ]
     return {rng.choice(keys): random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
 
 
@@ -101,8 +113,13 @@ def random_bytes(rng: random.Random) -> bytes:
 INPUTS = {
     "render_completion": ["prompt", "prompt_token_ids", "prompt_embeds", "tokenize_params", "cache_salt"],
     "render_chat": ["messages", "chat_params", "tokenize_params", "cache_salt"],
-    "render_encoder_decoder": ["encoder_prompt", "encoder_prompt_token_ids", "decoder_prompt", "decoder_prompt_token_ids",
-                               "tokenize_params"],
+    "render_encoder_decoder": [
+        "encoder_prompt",
+        "encoder_prompt_token_ids",
+        "decoder_prompt",
+        "decoder_prompt_token_ids",
+        "tokenize_params",
+    ],
 }
 INPUTS["completion"] = INPUTS["render_completion"] + ["max_tokens", "stream", "sampling_params"]
 INPUTS["chat"] = INPUTS["render_chat"] + ["max_tokens", "stream", "sampling_params"]
@@ -156,8 +173,10 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
         if not hasattr(local, "http"):
             local.http = httpclient.InferenceServerClient(f"{server.host}:{server.http_port}", network_timeout=120)
             local.grpc = grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}")
-            local.gen = {p: RendererClient(f"{server.host}:{port}", p, timeout_s=120)
-                         for p, port in (("http", server.http_port), ("grpc", server.grpc_port))}
+            local.gen = {
+                p: RendererClient(f"{server.host}:{port}", p, timeout_s=120)
+                for p, port in (("http", server.http_port), ("grpc", server.grpc_port))
+            }
         return local
 
     def record(kind: str, detail: str = "") -> None:
@@ -234,8 +253,18 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     print(f"\nfuzz outcomes: {outcomes}; server+stubs RSS {mem_before:.0f} MB -> {mem_after:.0f} MB")
     report = Path(server.build_dir).parent / "reports" / "fuzz.json"  # cited by docs/RELIABILITY.md
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(json.dumps({"requests": N_REQUESTS, "outcomes": outcomes, "rss_mb_before": round(mem_before),
-                                  "rss_mb_after": round(mem_after), "stubs": len(stubs_before)}, indent=1))
+    report.write_text(
+        json.dumps(
+            {
+                "requests": N_REQUESTS,
+                "outcomes": outcomes,
+                "rss_mb_before": round(mem_before),
+                "rss_mb_after": round(mem_after),
+                "stubs": len(stubs_before),
+            },
+            indent=1,
+        )
+    )
     assert not bad, "unexpected responses:\n" + "\n".join(bad)
     frontend = outcomes.get("triton generate-endpoint JSON type error (500)", 0)
     assert frontend < 0.01 * N_REQUESTS

@@ -36,14 +36,36 @@ def tools():
 
 def profile(tmp_path: Path, target: list[str], model_dir: Path, streaming: bool) -> tuple[dict, list[dict], dict]:
     """One short genai-perf profile; its summary, its requests, and the first payload it sent."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PATH=f"{PERF_ANALYZER / 'bin'}{os.pathsep}{os.environ['PATH']}",
-               LD_LIBRARY_PATH=f"{PERF_ANALYZER / 'lib'}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}")
-    cmd = [str(GENAI_PERF), "profile", *target, "--tokenizer", str(model_dir),
-           "--synthetic-input-tokens-mean", "40", "--synthetic-input-tokens-stddev", "0",
-           "--output-tokens-mean", "8", "--output-tokens-stddev", "0",
-           "--concurrency", "2", "--request-count", str(REQUESTS), "--random-seed", "0",
-           "--artifact-dir", str(tmp_path)] + (["--streaming"] if streaming else [])
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PATH=f"{PERF_ANALYZER / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        LD_LIBRARY_PATH=f"{PERF_ANALYZER / 'lib'}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
+    )
+    cmd = [
+        str(GENAI_PERF),
+        "profile",
+        *target,
+        "--tokenizer",
+        str(model_dir),
+        "--synthetic-input-tokens-mean",
+        "40",
+        "--synthetic-input-tokens-stddev",
+        "0",
+        "--output-tokens-mean",
+        "8",
+        "--output-tokens-stddev",
+        "0",
+        "--concurrency",
+        "2",
+        "--request-count",
+        str(REQUESTS),
+        "--random-seed",
+        "0",
+        "--artifact-dir",
+        str(tmp_path),
+    ] + (["--streaming"] if streaming else [])
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     [summary] = tmp_path.glob("*/profile_export_genai_perf.json")
@@ -63,11 +85,18 @@ def every_request_succeeded(stats: dict, requests: list[dict], text_of) -> None:
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["unary", "streaming"])
 def test_genai_perf_profiles_the_tensorrt_llm_front(tools, server, model_dir, tmp_path, streaming):
-    target = ["-m", "ensemble", "--endpoint-type", "kserve", "--backend", "tensorrtllm",
-              "-u", f"{server.host}:{server.grpc_port}"]
+    target = [
+        "-m",
+        "ensemble",
+        "--endpoint-type",
+        "kserve",
+        "--backend",
+        "tensorrtllm",
+        "-u",
+        f"{server.host}:{server.grpc_port}",
+    ]
     stats, requests, sent = profile(tmp_path, target, model_dir, streaming)
-    every_request_succeeded(stats, requests,
-                            lambda r: "".join(o.get("text_output", "") for o in r["response_outputs"]))
+    every_request_succeeded(stats, requests, lambda r: "".join(o.get("text_output", "") for o in r["response_outputs"]))
     assert {"text_input", "max_tokens"} <= set(sent)  # TensorRT-LLM's payload
     if streaming:
         assert max(len(r["response_timestamps"]) for r in requests) > 1

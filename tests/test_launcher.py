@@ -20,12 +20,28 @@ from serving.supervisor import Backoff, Supervisor, clean_regions, describe_exit
 
 
 def test_every_placeholder_is_filled(tmp_path, model_dir):
-    s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir), tokenize_instances=3,
-                max_batch_size=17, max_queue_delay_us=123)
+    s = replace(
+        launch.Settings(),
+        build_dir=str(tmp_path),
+        model_dir=str(model_dir),
+        tokenize_instances=3,
+        max_batch_size=17,
+        max_queue_delay_us=123,
+    )
     repo = launch.render_repository(s)
     configs = {p.parent.name: p.read_text() for p in repo.glob("*/config.pbtxt")}
-    assert {"tokenize", "llm", "detokenize", "render_completion", "completion", "generation_params",
-            "tokenize_enc_dec", "llm_enc_dec", "render_encoder_decoder", "encoder_decoder_completion"} <= set(configs)
+    assert {
+        "tokenize",
+        "llm",
+        "detokenize",
+        "render_completion",
+        "completion",
+        "generation_params",
+        "tokenize_enc_dec",
+        "llm_enc_dec",
+        "render_encoder_decoder",
+        "encoder_decoder_completion",
+    } <= set(configs)
     for name, text in configs.items():
         assert "${" not in text, name
         assert "max_batch_size: 17" in text, name
@@ -63,8 +79,14 @@ def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
     """SIGTERM lets the Python backend unlink its /dev/shm regions; a second server on other
     ports shows it without touching the session's server. Its regions carry its build folder's
     prefix, so other servers starting meanwhile do not count."""
-    s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir),
-                http_port=18100, grpc_port=18101, metrics_port=18102)
+    s = replace(
+        launch.Settings(),
+        build_dir=str(tmp_path),
+        model_dir=str(model_dir),
+        http_port=18100,
+        grpc_port=18101,
+        metrics_port=18102,
+    )
     try:
         assert launch.start(s) == 0
         mine = set(glob.glob(f"/dev/shm/{s.shm_prefix}*"))
@@ -105,8 +127,13 @@ def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkey
     # The defaults under build/ must not be what the build reads.
     monkeypatch.setattr(vlm_model, "DEFAULT_TOKENIZER_DIR", tmp_path / "absent" / "qwen3")
     monkeypatch.setattr(vlm_model, "PIXTRAL_TOKENIZER_DIR", tmp_path / "absent" / "mistral")
-    s = replace(launch.Settings(), model="qwen2-vl", models_dir=str(models), build_dir=str(tmp_path / "b"),
-                encoder_decoder_model_dir=str(model_dir))
+    s = replace(
+        launch.Settings(),
+        model="qwen2-vl",
+        models_dir=str(models),
+        build_dir=str(tmp_path / "b"),
+        encoder_decoder_model_dir=str(model_dir),
+    )
     launch.prepare(s)
     assert s.resolved_model_dir.parent == models and vlm_model.is_built(s.resolved_model_dir)
     tokenizer = (s.tokenizers_dir / reference_tokenizers.QWEN3_DIR / "tokenizer.json").read_bytes()
@@ -125,8 +152,14 @@ def test_shm_prefix_names_one_build_folder(tmp_path):
 
 
 def test_settings_round_trip_through_json(tmp_path):
-    s = replace(launch.Settings(), build_dir=str(tmp_path), http_port=18123, enable_prompt_embeds=True,
-                startup_timeout_s=12.5, models="render_chat")
+    s = replace(
+        launch.Settings(),
+        build_dir=str(tmp_path),
+        http_port=18123,
+        enable_prompt_embeds=True,
+        startup_timeout_s=12.5,
+        models="render_chat",
+    )
     assert launch.Settings.from_json(s.to_json()) == s
 
 

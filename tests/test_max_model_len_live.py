@@ -33,13 +33,17 @@ LARGE_MINUS_SMALL = 64 - 4
 def too_long(out: int, n: int, at_least: bool = False) -> str:
     """vLLM's length error for this server's limit (REFERENCE.md)."""
     a = "at least " if at_least else ""
-    return (f"This model's maximum context length is {LIMIT} tokens. However, you requested {out} output tokens "
-            f"and your prompt contains {a}{n} input tokens, for a total of {a}{n + out} tokens. Please reduce the "
-            "length of the input prompt or the number of requested output tokens.")
+    return (
+        f"This model's maximum context length is {LIMIT} tokens. However, you requested {out} output tokens "
+        f"and your prompt contains {a}{n} input tokens, for a total of {a}{n + out} tokens. Please reduce the "
+        "length of the input prompt or the number of requested output tokens."
+    )
 
 
 def image_chat(url: str, text: str = "What is it?") -> list[dict]:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]}]
+    return [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]}
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +52,18 @@ def small_server(server_settings, tmp_path_factory):
 
     port = int(os.environ.get("TEST_MAX_MODEL_LEN_PORT", 18700))
     build = os.environ.get("TEST_MAX_MODEL_LEN_BUILD_DIR") or str(tmp_path_factory.mktemp("max-model-len"))
-    s = replace(server_settings, model_dir="", model="qwen2-vl", max_model_len=LIMIT, openai_port=0,
-                models="render_completion,render_chat,chat,render_encoder_decoder", build_dir=build,
-                http_port=port, grpc_port=port + 1, metrics_port=port + 2)
+    s = replace(
+        server_settings,
+        model_dir="",
+        model="qwen2-vl",
+        max_model_len=LIMIT,
+        openai_port=0,
+        models="render_completion,render_chat,chat,render_encoder_decoder",
+        build_dir=build,
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+    )
     launch.stop(s)
     assert launch.start(s) == 0, f"server did not start; see {s.log_file}"
     yield s
@@ -77,9 +90,12 @@ def test_text_path(client):
     assert refused(client.render_completion, prompt_token_ids=list(range(100, 101 + LIMIT))) == too_long(0, LIMIT + 1)
     # Tokenized only up to the limit + 1, so the count is "at least".
     assert refused(client.render_completion, "hello " * 80) == too_long(0, LIMIT + 1, at_least=True)
-    assert refused(client.render_chat, [{"role": "user", "content": "hello " * 80}]) == too_long(0, LIMIT + 1, at_least=True)
+    assert refused(client.render_chat, [{"role": "user", "content": "hello " * 80}]) == too_long(
+        0, LIMIT + 1, at_least=True
+    )
     assert refused(client.render_completion, "hi", tokenize_params={"max_total_tokens": LIMIT + 1}) == (
-        f"max_total_tokens={LIMIT + 1} cannot be greater than the model's maximum context length of {LIMIT} tokens.")
+        f"max_total_tokens={LIMIT + 1} cannot be greater than the model's maximum context length of {LIMIT} tokens."
+    )
 
 
 def test_image_path(client):
@@ -92,7 +108,8 @@ def test_image_path(client):
     assert refused(client.render_chat, image_chat(SMALL_IMAGE), tokenize_params={"max_total_tokens": n_small - 1}) == (
         f"This model's maximum context length is {n_small - 1} tokens. However, you requested 0 output tokens and "
         f"your prompt contains {n_small} input tokens, for a total of {n_small} tokens. Please reduce the length of "
-        "the input prompt or the number of requested output tokens.")
+        "the input prompt or the number of requested output tokens."
+    )
 
 
 def test_image_path_reserves_max_tokens(client):

@@ -168,7 +168,8 @@ def test_qwen2vl_multi_image_concatenation_matches_hf(qwen: MultiModalProcessor)
     pngs = [png(n) for n in names]
     fam = qwen.family
     ref = Qwen2VLImageProcessorPil(min_pixels=fam.min_pixels, max_pixels=fam.max_pixels)(
-        images=[Image.open(io.BytesIO(p)) for p in pngs], return_tensors="np")
+        images=[Image.open(io.BytesIO(p)) for p in pngs], return_tensors="np"
+    )
     out = qwen.process(qwen_prompt(3), [item(data_url(p), i=i) for i, p in enumerate(pngs)])
     assert np.array_equal(out.image_grid_thw, ref["image_grid_thw"])
     assert np.array_equal(out.pixel_values, ref["pixel_values"])
@@ -188,8 +189,16 @@ def test_kernel_fallbacks_are_identical(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 # The images and tolerance of tests/test_multimodal_live.py::test_gpu_path_matches_cpu.
-DEVICE_PARITY_IMAGES = ["rgb_640x480", "rgba_300x200", "gray_L_257x129", "palette_P_200x150", "one_pixel_1x1",
-                        "wide_2000x20", "tiny_3x5", "odd_333x77"]
+DEVICE_PARITY_IMAGES = [
+    "rgb_640x480",
+    "rgba_300x200",
+    "gray_L_257x129",
+    "palette_P_200x150",
+    "one_pixel_1x1",
+    "wide_2000x20",
+    "tiny_3x5",
+    "odd_333x77",
+]
 DEVICE_PARITY_ATOL = 1e-5
 
 
@@ -212,8 +221,9 @@ def test_torch_path_on_cpu_matches_numba(family: str, qwen_dir: Path, pixtral_di
         b = on_torch.process(prompt(len(names)), items)
         assert isinstance(b.pixel_values, torch.Tensor) and b.pixel_values.device.type == "cpu", names
         assert isinstance(a.pixel_values, np.ndarray), names
-        np.testing.assert_allclose(b.pixel_values.numpy(), a.pixel_values, rtol=0, atol=DEVICE_PARITY_ATOL,
-                                   err_msg=str(names))
+        np.testing.assert_allclose(
+            b.pixel_values.numpy(), a.pixel_values, rtol=0, atol=DEVICE_PARITY_ATOL, err_msg=str(names)
+        )
         assert b.input_ids == a.input_ids and b.hashes == a.hashes, names
         for k, v in a.tensors().items():
             if k != "pixel_values":
@@ -223,9 +233,11 @@ def test_torch_path_on_cpu_matches_numba(family: str, qwen_dir: Path, pixtral_di
 def _cuda_skip_reason() -> str:
     import torch
 
-    return (f"torch {torch.__version__} sees no CUDA device: runs on a host with a CUDA GPU and a CUDA build of "
-            "torch (torch.cuda.is_available()); the same torch kernels run on the CPU in "
-            "test_torch_path_on_cpu_matches_numba")
+    return (
+        f"torch {torch.__version__} sees no CUDA device: runs on a host with a CUDA GPU and a CUDA build of "
+        "torch (torch.cuda.is_available()); the same torch kernels run on the CPU in "
+        "test_torch_path_on_cpu_matches_numba"
+    )
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason=_cuda_skip_reason())
@@ -259,16 +271,27 @@ def _mistral_common_tokens(pil: Image.Image) -> list[int]:
         mc_image.transform_image = orig
 
 
-@pytest.mark.parametrize("name", ["rgb_640x480", "rgba_300x200", "one_pixel_1x1", "wide_2000x20",
-                                  "tall_20x2000", "big_4000x3000", "odd_333x77", "odd_1025x1023"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rgb_640x480",
+        "rgba_300x200",
+        "one_pixel_1x1",
+        "wide_2000x20",
+        "tall_20x2000",
+        "big_4000x3000",
+        "odd_333x77",
+        "odd_1025x1023",
+    ],
+)
 def test_pixtral_layout_equals_mistral_common(pixtral: MultiModalProcessor, name: str) -> None:
     png, pil = decoded(name)
     expected = _mistral_common_tokens(pil)
     out = pixtral.process(pixtral_prompt(1), [item(data_url(png))])
     (ph,) = out.placeholders
-    run = out.input_ids[ph.offset: ph.offset + ph.length]
+    run = out.input_ids[ph.offset : ph.offset + ph.length]
     assert run == expected
-    assert out.input_ids[:2] == [1, 3] and out.input_ids[ph.offset + ph.length:] == [1091, 4]
+    assert out.input_ids[:2] == [1, 3] and out.input_ids[ph.offset + ph.length :] == [1091, 4]
     rows, cols = (out.image_sizes[0] // 16).tolist()
     assert ph.length == rows * (cols + 1)
 
@@ -283,7 +306,7 @@ def test_qwen2vl_placeholders(qwen: MultiModalProcessor) -> None:
     assert len(out.input_ids) == len(prompt) + sum(counts) - 3
     for p in out.placeholders:
         assert out.input_ids[p.offset - 1] == V_START
-        assert out.input_ids[p.offset: p.offset + p.length] == [IMG_PAD] * p.length
+        assert out.input_ids[p.offset : p.offset + p.length] == [IMG_PAD] * p.length
         assert out.input_ids[p.offset + p.length] == V_END
     assert sum(out.image_grid_thw.prod(axis=1)) == out.pixel_values.shape[0]
     assert out.mm_placeholders_array().dtype == np.int32
@@ -291,8 +314,9 @@ def test_qwen2vl_placeholders(qwen: MultiModalProcessor) -> None:
     assert int(qwen.mm_token_type_ids(out.input_ids).sum()) == sum(counts)
 
 
-def test_placeholder_strings_and_families(qwen: MultiModalProcessor, pixtral: MultiModalProcessor,
-                                          qwen_dir: Path, pixtral_dir: Path, tmp_path: Path) -> None:
+def test_placeholder_strings_and_families(
+    qwen: MultiModalProcessor, pixtral: MultiModalProcessor, qwen_dir: Path, pixtral_dir: Path, tmp_path: Path
+) -> None:
     assert qwen.placeholder_text == "<|vision_start|><|image_pad|><|vision_end|>"
     assert pixtral.placeholder_text == "[IMG]"
     assert (qwen.placeholder_token_id, pixtral.placeholder_token_id) == (IMG_PAD, IMG)
@@ -328,8 +352,11 @@ def test_placeholder_count_mismatch(qwen: MultiModalProcessor, n_text: int, n_it
 
 def test_hash_stable_across_encodings(qwen: MultiModalProcessor) -> None:
     img = IMAGES["odd_333x77"]()
-    urls = [data_url(img, fmt) for fmt in ("PNG", "BMP", "WEBP")] if _webp_lossless(img) else \
-        [data_url(img, fmt) for fmt in ("PNG", "BMP")]
+    urls = (
+        [data_url(img, fmt) for fmt in ("PNG", "BMP", "WEBP")]
+        if _webp_lossless(img)
+        else [data_url(img, fmt) for fmt in ("PNG", "BMP")]
+    )
     hashes = {qwen.process(qwen_prompt(1), [item(u)]).hashes[0] for u in urls}
     assert len(hashes) == 1
     h = hashes.pop()
@@ -368,8 +395,9 @@ def test_uuid_error_messages(qwen: MultiModalProcessor) -> None:
     assert str(e.value) == "multi_modal_data['image'] is empty but multi_modal_uuids['image'] is missing."
     with pytest.raises(MultiModalUUIDError) as e:
         validate_mm_uuids({"image": ["a", "b"]}, {"image": ["u1"]})
-    assert str(e.value) == ("If given, multi_modal_uuids['image'] must have same length as "
-                            "multi_modal_data['image'], but got 1 vs 2.")
+    assert str(e.value) == (
+        "If given, multi_modal_uuids['image'] must have same length as multi_modal_data['image'], but got 1 vs 2."
+    )
     with pytest.raises(MultiModalUUIDError) as e:
         validate_mm_uuids({"image": ["a", None]}, {"image": ["u1", None]})
     assert str(e.value) == "multi_modal_data['image'][1] is empty but multi_modal_uuids['image'][1] is missing."
@@ -486,8 +514,9 @@ def test_request_kwargs_validation(qwen: MultiModalProcessor, pixtral: MultiModa
     with pytest.raises(MultiModalProcessorKwargsError, match="unsupported modality"):
         qwen.process(qwen_prompt(1), [item(url)], media_io_kwargs={"video": {}})
     qwen.process(qwen_prompt(1), [item(url)], media_io_kwargs={"image": {"image_mode": "RGB"}})
-    out = pixtral.process(pixtral_prompt(1), [item(data_url(png("rgb_640x480")))],
-                          mm_processor_kwargs={"size": {"longest_edge": 256}})
+    out = pixtral.process(
+        pixtral_prompt(1), [item(data_url(png("rgb_640x480")))], mm_processor_kwargs={"size": {"longest_edge": 256}}
+    )
     assert out.image_sizes.tolist() == [[192, 256]]
     with pytest.raises(UnsupportedMultiModalError, match="image_embeds"):
         qwen.process(qwen_prompt(1), [MultiModalItem("image", "image_embeds", "xx", None, 0, 0)])
@@ -496,9 +525,19 @@ def test_request_kwargs_validation(qwen: MultiModalProcessor, pixtral: MultiModa
 
 
 def test_every_refusal_is_a_render_error() -> None:
-    for cls in (ImageDecodeError, ImageTooLargeError, MediaTooLargeError, MediaURLError, MultiModalCacheMissError,
-                MultiModalPlaceholderCountError, MultiModalUUIDError, MultiModalProcessorKwargsError,
-                UnsupportedMultiModalError, ImageAspectRatioError, MultiModalLimitError):
+    for cls in (
+        ImageDecodeError,
+        ImageTooLargeError,
+        MediaTooLargeError,
+        MediaURLError,
+        MultiModalCacheMissError,
+        MultiModalPlaceholderCountError,
+        MultiModalUUIDError,
+        MultiModalProcessorKwargsError,
+        UnsupportedMultiModalError,
+        ImageAspectRatioError,
+        MultiModalLimitError,
+    ):
         assert issubclass(cls, RenderError)
 
 
@@ -642,16 +681,21 @@ def test_qwen2vl_forward_with_our_outputs(qwen_dir: Path, qwen: MultiModalProces
     tok = AutoTokenizer.from_pretrained(qwen_dir)
     text = tok.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}],
-        tokenize=False, add_generation_prompt=True)
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert qwen.placeholder_text in text
     ids = tok(text, add_special_tokens=False)["input_ids"]
     out = qwen.process(ids, [item(data_url(png("rgb_640x480")))])
     model = Qwen2VLForConditionalGeneration.from_pretrained(qwen_dir).eval()
     input_ids = torch.tensor([out.input_ids])
     with torch.no_grad():
-        logits = model(input_ids=input_ids, pixel_values=torch.from_numpy(out.pixel_values),
-                       image_grid_thw=torch.from_numpy(out.image_grid_thw),
-                       mm_token_type_ids=torch.from_numpy(qwen.mm_token_type_ids(out.input_ids))[None]).logits
+        logits = model(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(out.pixel_values),
+            image_grid_thw=torch.from_numpy(out.image_grid_thw),
+            mm_token_type_ids=torch.from_numpy(qwen.mm_token_type_ids(out.input_ids))[None],
+        ).logits
     assert logits.shape == (1, len(out.input_ids), model.config.text_config.vocab_size)
     assert torch.isfinite(logits).all()
 
@@ -664,6 +708,9 @@ def test_pixtral_forward_with_our_outputs(pixtral_dir: Path, pixtral: MultiModal
     out = pixtral.process(pixtral_prompt(2), items)
     model = LlavaForConditionalGeneration.from_pretrained(pixtral_dir).eval()
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([out.input_ids]), pixel_values=torch.from_numpy(out.pixel_values),
-                       image_sizes=torch.from_numpy(out.image_sizes)).logits
+        logits = model(
+            input_ids=torch.tensor([out.input_ids]),
+            pixel_values=torch.from_numpy(out.pixel_values),
+            image_sizes=torch.from_numpy(out.image_sizes),
+        ).logits
     assert logits.shape[:2] == (1, len(out.input_ids)) and torch.isfinite(logits).all()

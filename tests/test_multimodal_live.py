@@ -20,8 +20,16 @@ pytestmark = pytest.mark.live
 
 PORTS = {"qwen2_vl": 18800, "pixtral": 18900}
 # Parity images: every mode the HF processors convert, and extreme shapes.
-LIVE_IMAGES = ["rgb_640x480", "rgba_300x200", "gray_L_257x129", "palette_P_200x150", "one_pixel_1x1",
-               "wide_2000x20", "tiny_3x5", "odd_333x77"]
+LIVE_IMAGES = [
+    "rgb_640x480",
+    "rgba_300x200",
+    "gray_L_257x129",
+    "palette_P_200x150",
+    "one_pixel_1x1",
+    "wide_2000x20",
+    "tiny_3x5",
+    "odd_333x77",
+]
 CACHE_BYTES = 5_000_000  # holds the largest image but not the pool: the concurrency test runs under eviction
 
 
@@ -45,9 +53,19 @@ def mm(request, server_settings, tmp_path_factory):
     port = PORTS[family]
     media = tmp_path_factory.mktemp(f"media-{family}")
     (media / "ok.png").write_bytes(png("odd_333x77"))
-    s = replace(server_settings, openai_port=0, model_dir="", model=family.replace("_", "-"), models="render_chat,chat",
-                build_dir=str(tmp_path_factory.mktemp(f"mm-{family}")), http_port=port, grpc_port=port + 1,
-                metrics_port=port + 2, mm_cache_bytes=CACHE_BYTES, media_dir=str(media))
+    s = replace(
+        server_settings,
+        openai_port=0,
+        model_dir="",
+        model=family.replace("_", "-"),
+        models="render_chat,chat",
+        build_dir=str(tmp_path_factory.mktemp(f"mm-{family}")),
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+        mm_cache_bytes=CACHE_BYTES,
+        media_dir=str(media),
+    )
     assert launch.start(s) == 0, f"server for {family} did not start; see {s.log_file}"
     yield family, s, MultiModalProcessor.from_model_dir(s.resolved_model_dir)
     launch.stop(s)
@@ -95,10 +113,10 @@ def test_placeholders_expand_in_input_ids(mm):
         grid = r.outputs["image_grid_thw"]
         for (off, length), thw in zip(ph, grid):
             assert length == int(np.prod(thw)) // 4  # spatial merge 2 x 2
-            assert (ids[off:off + length] == proc.placeholder_token_id).all()
+            assert (ids[off : off + length] == proc.placeholder_token_id).all()
     else:
         for off, length in ph:
-            run = ids[off:off + length]
+            run = ids[off : off + length]
             assert run[-1] == 13 and set(run[:-1]) <= {10, 12}  # [IMG]... [IMG_BREAK] ... [IMG_END]
     assert ph[0][0] + ph[0][1] <= ph[1][0]
     assert r.token_offsets == []  # vLLM gives offsets only without media
@@ -160,7 +178,11 @@ def test_same_pixels_other_encoding_same_hash_and_uuid_override(mm):
 
 
 BAD_MEDIA = [
-    ("empty item without uuid", image_msg(""), "multi_modal_data['image'][0] is empty but multi_modal_uuids['image'][0] is missing."),
+    (
+        "empty item without uuid",
+        image_msg(""),
+        "multi_modal_data['image'][0] is empty but multi_modal_uuids['image'][0] is missing.",
+    ),
     ("uuid never seen", image_msg("", uuids=["never-sent-before"]), "never-sent-before"),
     ("truncated png", image_msg(data_url(png("rgb_640x480")[:2000])), "truncated or corrupt"),
     ("not an image", image_msg("data:image/png;base64,aGVsbG8gd29ybGQ="), "not an image"),
@@ -168,7 +190,11 @@ BAD_MEDIA = [
     ("http not allowed", image_msg("http://example.com/cat.png"), "Fetching images from 'example.com' is not allowed"),
     ("file outside the media dir", image_msg("file:///etc/passwd"), "outside"),
     ("path traversal", image_msg("MEDIA/../../etc/passwd"), "outside"),
-    ("too many images", image_msg(*[data_url(png("tiny_3x5"))] * 17), "At most 16 image(s) may be provided in one prompt."),
+    (
+        "too many images",
+        image_msg(*[data_url(png("tiny_3x5"))] * 17),
+        "At most 16 image(s) may be provided in one prompt.",
+    ),
 ]
 
 
@@ -216,9 +242,11 @@ def test_concurrent_repeated_images_under_eviction(mm):
             for _ in range(12):
                 n = names[rng.integers(len(names))]
                 out = c.render_chat(image_msg(urls[n])).outputs
-                if not (np.array_equal(out["pixel_values"], expected[n]["pixel_values"])
-                        and out["mm_hashes"][0] == expected[n]["mm_hashes"][0]
-                        and np.array_equal(out["input_ids"], expected[n]["input_ids"])):
+                if not (
+                    np.array_equal(out["pixel_values"], expected[n]["pixel_values"])
+                    and out["mm_hashes"][0] == expected[n]["mm_hashes"][0]
+                    and np.array_equal(out["input_ids"], expected[n]["input_ids"])
+                ):
                     failures.append(n)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
@@ -251,8 +279,9 @@ def test_chat_with_an_image_answers_like_transformers(mm):
     extra = {k: torch.as_tensor(v) for k, v in out.tensors().items()}
     if family == "qwen2_vl":
         extra["mm_token_type_ids"] = (ids == proc.placeholder_token_id).long()
-    ref = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
-                         **extra)[0, ids.shape[1]:].tolist()
+    ref = model.generate(
+        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, **extra
+    )[0, ids.shape[1] :].tolist()
     assert whole.output_ids == ref
 
 
@@ -260,10 +289,12 @@ def test_gpu_path_matches_cpu(mm):
     import torch
 
     if not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} sees no CUDA device, so mm_process runs KIND_CPU here; runs on a host "
-                    "with a CUDA GPU and a CUDA build of torch (torch.cuda.is_available()), where the launcher picks "
-                    "KIND_GPU. The same torch kernels run on the CPU against numba, on these images and to this "
-                    "tolerance, in tests/test_mm_unit.py::test_torch_path_on_cpu_matches_numba")
+        pytest.skip(
+            f"torch {torch.__version__} sees no CUDA device, so mm_process runs KIND_CPU here; runs on a host "
+            "with a CUDA GPU and a CUDA build of torch (torch.cuda.is_available()), where the launcher picks "
+            "KIND_GPU. The same torch kernels run on the CPU against numba, on these images and to this "
+            "tolerance, in tests/test_mm_unit.py::test_torch_path_on_cpu_matches_numba"
+        )
     from renderer.multimodal.processor import MultiModalProcessor
 
     family, s, cpu = mm

@@ -81,8 +81,16 @@ def test_openai_client_chat_equals_the_chat_ensemble(oai, model_name, ensembles)
     rendered = ensembles.render_chat(MESSAGES)
     assert r.usage.prompt_tokens == len(rendered.input_ids)
     assert r.choices[0].finish_reason == ("stop" if want.output_ids[-1] == 2 else "length")
-    chunks = list(oai.chat.completions.create(model=model_name, messages=MESSAGES, max_tokens=16, temperature=0,
-                                              stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        oai.chat.completions.create(
+            model=model_name,
+            messages=MESSAGES,
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want.text
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [c for c in chunks if c.choices][-1].choices[0].finish_reason == r.choices[0].finish_reason
@@ -103,40 +111,61 @@ def test_openai_client_completion_equals_the_completion_ensemble(oai, model_name
     stop = want.text.split()[1]
     r3 = oai.completions.create(model=model_name, prompt=PROMPT, max_tokens=16, temperature=0, stop=[stop])
     assert r3.choices[0].text == want.text[: want.text.index(stop)] and r3.choices[0].finish_reason == "stop"
-    s1, s2 = (oai.completions.create(model=model_name, prompt=PROMPT, max_tokens=12, temperature=1.0, seed=5)
-              for _ in range(2))
+    s1, s2 = (
+        oai.completions.create(model=model_name, prompt=PROMPT, max_tokens=12, temperature=1.0, seed=5)
+        for _ in range(2)
+    )
     assert s1.choices[0].text == s2.choices[0].text
 
 
 def test_without_temperature_vllms_default_samples(oai, model_name):
     """vLLM (and OpenAI) default to temperature 1.0: seeded answers differ across seeds."""
-    texts = {oai.completions.create(model=model_name, prompt=PROMPT, max_tokens=12, seed=s).choices[0].text
-             for s in (1, 2, 3)}
+    texts = {
+        oai.completions.create(model=model_name, prompt=PROMPT, max_tokens=12, seed=s).choices[0].text
+        for s in (1, 2, 3)
+    }
     assert len(texts) > 1
 
 
 def test_max_tokens_left_out_uses_the_rest_of_the_context(front, model_name):
-    status, body = post(front, "POST", "/v1/completions", {"model": model_name, "prompt": PROMPT, "temperature": 0,
-                                                          "stop": ["\n"]})
+    status, body = post(
+        front, "POST", "/v1/completions", {"model": model_name, "prompt": PROMPT, "temperature": 0, "stop": ["\n"]}
+    )
     assert status == 200 and body["choices"][0]["finish_reason"] == "stop"
 
 
-@pytest.mark.parametrize("body, status, message", [
-    (None, 400, "not valid JSON"),
-    ({"messages": MESSAGES, "n": 2}, 400, "n must be 1"),
-    ({"messages": MESSAGES, "model": "gpt-4"}, 404, "The model `gpt-4` does not exist."),
-    ({"messages": MESSAGES, "temperature": 5}, 400, "temperature must be in [0, 2], got 5.0."),
-    ({"messages": MESSAGES, "logprobs": True}, 400, "logprobs is not supported"),
-    ({"messages": MESSAGES, "max_tokens": 8180}, 400, "This model's maximum context length is 8192 tokens"),
-    ({"messages": MESSAGES, "stream_options": {"include_usage": True}}, 400, "only be defined when `stream=True`"),
-    ({"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]}, 400, "image"),
-    ({"messages": "hello"}, 400, "messages must be a list"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        (None, 400, "not valid JSON"),
+        ({"messages": MESSAGES, "n": 2}, 400, "n must be 1"),
+        ({"messages": MESSAGES, "model": "gpt-4"}, 404, "The model `gpt-4` does not exist."),
+        ({"messages": MESSAGES, "temperature": 5}, 400, "temperature must be in [0, 2], got 5.0."),
+        ({"messages": MESSAGES, "logprobs": True}, 400, "logprobs is not supported"),
+        ({"messages": MESSAGES, "max_tokens": 8180}, 400, "This model's maximum context length is 8192 tokens"),
+        ({"messages": MESSAGES, "stream_options": {"include_usage": True}}, 400, "only be defined when `stream=True`"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}],
+                    }
+                ]
+            },
+            400,
+            "image",
+        ),
+        ({"messages": "hello"}, 400, "messages must be a list"),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
 def test_bad_chat_requests_are_openai_shaped_4xx(front, body, status, message, stream):
-    raw = b"{not json" if body is None else json.dumps({**body, "stream": stream}
-                                                       if "stream_options" not in body else body).encode()
+    raw = (
+        b"{not json"
+        if body is None
+        else json.dumps({**body, "stream": stream} if "stream_options" not in body else body).encode()
+    )
     got, err = post(front, "POST", "/v1/chat/completions", raw=raw)
     assert got == status, err
     assert set(err["error"]) == {"message", "type", "param", "code"} and err["error"]["code"] == status
@@ -156,16 +185,28 @@ def test_bad_completion_requests(front, oai, model_name):
 
 
 def test_unknown_fields_are_ignored_as_vllm_ignores_them(front, model_name):
-    status, body = post(front, "POST", "/v1/completions", {"model": model_name, "prompt": PROMPT, "max_tokens": 2,
-                                                          "temperature": 0, "some_future_field": 1})
+    status, body = post(
+        front,
+        "POST",
+        "/v1/completions",
+        {"model": model_name, "prompt": PROMPT, "max_tokens": 2, "temperature": 0, "some_future_field": 1},
+    )
     assert status == 200 and body["usage"]["completion_tokens"] == 2
 
 
 def test_a_client_that_goes_away_cancels_the_generation(front, model_name):
     """The stand-in generates one request at a time: had the abandoned 1,000-token answer gone on,
     the next request would wait for all of it."""
-    body = json.dumps({"model": model_name, "messages": MESSAGES, "max_tokens": 1000, "ignore_eos": True,
-                       "stream": True, "temperature": 0})
+    body = json.dumps(
+        {
+            "model": model_name,
+            "messages": MESSAGES,
+            "max_tokens": 1000,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0,
+        }
+    )
     c = http.client.HTTPConnection(front.host, front.openai_port, timeout=120)
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -178,8 +219,9 @@ def test_a_client_that_goes_away_cancels_the_generation(front, model_name):
     per_token = (time.monotonic() - t0) / 4
     c.close()
     t0 = time.monotonic()
-    status, out = post(front, "POST", "/v1/completions", {"model": model_name, "prompt": "Hi", "max_tokens": 2,
-                                                         "temperature": 0})
+    status, out = post(
+        front, "POST", "/v1/completions", {"model": model_name, "prompt": "Hi", "max_tokens": 2, "temperature": 0}
+    )
     waited = time.monotonic() - t0
     assert status == 200
     assert waited < min(30.0, 200 * per_token), f"the next request waited {waited:.1f} s: the generation went on"
@@ -196,9 +238,14 @@ def test_models_and_health(front, model_name):
 RENDER_CHATS = [
     {"messages": MESSAGES},
     {"messages": MESSAGES, "add_generation_prompt": False},
-    {"messages": [{"role": "system", "content": "Be brief."}, *MESSAGES,
-                  {"role": "assistant", "content": "Paris"}], "continue_final_message": True,
-     "add_generation_prompt": False, "max_tokens": 7, "temperature": 0.3, "stop": ["\n"]},
+    {
+        "messages": [{"role": "system", "content": "Be brief."}, *MESSAGES, {"role": "assistant", "content": "Paris"}],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+        "max_tokens": 7,
+        "temperature": 0.3,
+        "stop": ["\n"],
+    },
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]},
 ]
 RENDER_COMPLETIONS = [{"prompt": PROMPT}, {"prompt": "日本語 😀", "max_tokens": 3}, {"prompt": [19556, 905]}]
@@ -218,8 +265,11 @@ def test_completion_render_endpoint_equals_the_ensemble(front, ensembles, body):
     status, out = post(front, "POST", "/v1/completions/render", body)
     assert status == 200, out
     p = body["prompt"]
-    want = ensembles.render_completion(p).input_ids if isinstance(p, str) else \
-        ensembles.render_completion(prompt_token_ids=p).input_ids
+    want = (
+        ensembles.render_completion(p).input_ids
+        if isinstance(p, str)
+        else ensembles.render_completion(prompt_token_ids=p).input_ids
+    )
     assert out[0]["token_ids"] == want
 
 
@@ -238,12 +288,17 @@ def test_tokenize_and_detokenize(front, ensembles, hf_tokenizer):
 def vllm_render(model_dir):
     """vLLM's own render server (``vllm launch render``), where vLLM's environment is installed."""
     if not (ROOT / "build" / "peer-venv" / ".installed").exists():
-        pytest.skip("vLLM's environment build/peer-venv is missing (`make engine-vllm`; .ci/run installs it): "
-                    "the comparison with vLLM's render server needs it")
+        pytest.skip(
+            "vLLM's environment build/peer-venv is missing (`make engine-vllm`; .ci/run installs it): "
+            "the comparison with vLLM's render server needs it"
+        )
     from benchmarks.peer import PeerServer
 
-    srv = PeerServer(str(model_dir), port=int(os.environ.get("TEST_VLLM_RENDER_PORT", 18600)),
-                     log=ROOT / "build" / "test-server" / "vllm-render.log")
+    srv = PeerServer(
+        str(model_dir),
+        port=int(os.environ.get("TEST_VLLM_RENDER_PORT", 18600)),
+        log=ROOT / "build" / "test-server" / "vllm-render.log",
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -257,8 +312,11 @@ def vllm_post(srv, path: str, body: dict) -> tuple[int, object]:
     return r.status, json.loads(r.read())
 
 
-@pytest.mark.parametrize("path, body", [("/v1/chat/completions/render", b) for b in RENDER_CHATS]
-                         + [("/v1/completions/render", b) for b in RENDER_COMPLETIONS])
+@pytest.mark.parametrize(
+    "path, body",
+    [("/v1/chat/completions/render", b) for b in RENDER_CHATS]
+    + [("/v1/completions/render", b) for b in RENDER_COMPLETIONS],
+)
 def test_render_endpoints_equal_vllms(front, vllm_render, path, body):
     status, ours = post(front, "POST", path, body)
     vstatus, theirs = vllm_post(vllm_render, path, body)
@@ -274,8 +332,15 @@ def test_render_endpoints_equal_vllms(front, vllm_render, path, body):
     assert ours["sampling_params"] == theirs["sampling_params"]
 
 
-@pytest.mark.parametrize("body", [{"prompt": PROMPT}, {"prompt": "日本語 😀", "add_special_tokens": False},
-                                  {"messages": MESSAGES}, {"messages": MESSAGES, "add_generation_prompt": False}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": PROMPT},
+        {"prompt": "日本語 😀", "add_special_tokens": False},
+        {"messages": MESSAGES},
+        {"messages": MESSAGES, "add_generation_prompt": False},
+    ],
+)
 def test_tokenize_equals_vllms(front, vllm_render, body):
     status, ours = post(front, "POST", "/tokenize", body)
     vstatus, theirs = vllm_post(vllm_render, "/tokenize", body)
@@ -285,5 +350,7 @@ def test_tokenize_equals_vllms(front, vllm_render, body):
 
 @pytest.mark.parametrize("tokens", [[19556, 905], [1, 9690, 198, 2683], [216, 34, 32, 33]])
 def test_detokenize_equals_vllms(front, vllm_render, tokens):
-    assert post(front, "POST", "/detokenize", {"tokens": tokens})[1] == vllm_post(vllm_render, "/detokenize",
-                                                                                   {"tokens": tokens})[1]
+    assert (
+        post(front, "POST", "/detokenize", {"tokens": tokens})[1]
+        == vllm_post(vllm_render, "/detokenize", {"tokens": tokens})[1]
+    )

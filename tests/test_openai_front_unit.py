@@ -31,31 +31,45 @@ def test_sampling_defaults_are_vllms():
 
 
 def test_chat_fields_and_tokenize_fields_reach_their_bags():
-    plan = generation_plan({"messages": [], "add_generation_prompt": False, "continue_final_message": True,
-                            "tools": [{"type": "function", "function": {"name": "f"}}], "truncate_prompt_tokens": 9,
-                            "max_completion_tokens": 7, "stream": True, "stream_options": {"include_usage": True}},
-                           CARD, chat=True)
+    plan = generation_plan(
+        {
+            "messages": [],
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "truncate_prompt_tokens": 9,
+            "max_completion_tokens": 7,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        CARD,
+        chat=True,
+    )
     chat = json.loads(plan.tensors["chat_params"][0, 0])
     assert chat["continue_final_message"] and not chat["add_generation_prompt"] and chat["tools"]
     assert json.loads(plan.tensors["tokenize_params"][0, 0]) == {"truncate_prompt_tokens": 9}
     assert (plan.max_tokens, plan.stream, plan.include_usage) == (7, True, True)
 
 
-@pytest.mark.parametrize("prompt, name", [("hi", "prompt"), ([1, 2], "prompt_token_ids"), (["hi"], "prompt"),
-                                          ([[1, 2]], "prompt_token_ids")])
+@pytest.mark.parametrize(
+    "prompt, name", [("hi", "prompt"), ([1, 2], "prompt_token_ids"), (["hi"], "prompt"), ([[1, 2]], "prompt_token_ids")]
+)
 def test_one_prompt_in_any_form(prompt, name):
     assert name in completion_tensors({"prompt": prompt})
 
 
-@pytest.mark.parametrize("body, status, message", [
-    ({"prompt": "a", "n": 3}, 400, "n must be 1"),
-    ({"prompt": "a", "model": "other"}, 404, "The model `other` does not exist."),
-    ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
-    ({"prompt": "a", "logit_bias": {"1": 2}}, 400, "logit_bias is not supported"),
-    ({"prompt": "a", "max_tokens": "ten"}, 400, "max_tokens must be an integer"),
-    ({"prompt": "a", "prompt_embeds": "AAAA"}, 400, "either prompt or prompt_embeds"),
-    ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "only be defined when `stream=True`"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({"prompt": "a", "n": 3}, 400, "n must be 1"),
+        ({"prompt": "a", "model": "other"}, 404, "The model `other` does not exist."),
+        ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
+        ({"prompt": "a", "logit_bias": {"1": 2}}, 400, "logit_bias is not supported"),
+        ({"prompt": "a", "max_tokens": "ten"}, 400, "max_tokens must be an integer"),
+        ({"prompt": "a", "prompt_embeds": "AAAA"}, 400, "either prompt or prompt_embeds"),
+        ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "only be defined when `stream=True`"),
+    ],
+)
 def test_refusals(body, status, message):
     with pytest.raises(FrontError) as e:
         generation_plan(body, CARD, chat=False)
@@ -73,16 +87,25 @@ class _Rpc(grpc.RpcError):
         return self._details
 
 
-@pytest.mark.parametrize("error, status, message", [
-    (_Rpc(grpc.StatusCode.INVALID_ARGUMENT, "in ensemble 'chat', top_p must be in (0, 1], got 0.0."), 400,
-     "top_p must be in (0, 1], got 0.0."),
-    (_Rpc(grpc.StatusCode.INTERNAL, "in ensemble 'chat', tokenize: internal error: KeyError: 'x'"), 500,
-     "tokenize: internal error"),
-    (_Rpc(grpc.StatusCode.UNAVAILABLE, "Stub process 'llm_0_0' is not healthy."), 500, "not healthy"),
-    (InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"), 400, "bad"),
-    (InferenceServerException("no status"), 500, "no status"),
-    (RuntimeError("boom"), 500, "RuntimeError: boom"),
-])
+@pytest.mark.parametrize(
+    "error, status, message",
+    [
+        (
+            _Rpc(grpc.StatusCode.INVALID_ARGUMENT, "in ensemble 'chat', top_p must be in (0, 1], got 0.0."),
+            400,
+            "top_p must be in (0, 1], got 0.0.",
+        ),
+        (
+            _Rpc(grpc.StatusCode.INTERNAL, "in ensemble 'chat', tokenize: internal error: KeyError: 'x'"),
+            500,
+            "tokenize: internal error",
+        ),
+        (_Rpc(grpc.StatusCode.UNAVAILABLE, "Stub process 'llm_0_0' is not healthy."), 500, "not healthy"),
+        (InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"), 400, "bad"),
+        (InferenceServerException("no status"), 500, "no status"),
+        (RuntimeError("boom"), 500, "RuntimeError: boom"),
+    ],
+)
 def test_triton_failures_map_to_the_right_status(error, status, message):
     e = _error(error)
     assert e.status == status and message in e.message

@@ -73,12 +73,12 @@ def test_embeds_generate_what_the_token_ids_generate(client, prompt_rows, hf_tok
 
 
 def test_rows_count_as_tokens_for_truncation_and_length(client, prompt_rows):
-    r = client.render_completion(prompt_embeds=torch_bytes(prompt_rows),
-                                 tokenize_params={"truncate_prompt_tokens": 2, "truncation_side": "left"})
+    r = client.render_completion(
+        prompt_embeds=torch_bytes(prompt_rows), tokenize_params={"truncate_prompt_tokens": 2, "truncation_side": "left"}
+    )
     np.testing.assert_array_equal(r.outputs["input_embeds"], prompt_rows[-2:].float().numpy())
     with pytest.raises(RequestError, match=f"your prompt contains {len(prompt_rows)} input tokens"):
-        client.render_completion(prompt_embeds=torch_bytes(prompt_rows),
-                                 tokenize_params={"max_total_tokens": 3})
+        client.render_completion(prompt_embeds=torch_bytes(prompt_rows), tokenize_params={"max_total_tokens": 3})
 
 
 class Exploit:
@@ -113,9 +113,21 @@ def _two_tensor_safetensors(rows) -> bytes:
 
 BAD = [
     ("wrong rank", lambda rows: torch_bytes(rows[0]), "prompt_embeds must be of shape (seq_len, hidden_size)"),
-    ("rank 4", lambda rows: torch_bytes(rows.reshape(1, 1, *rows.shape)), "prompt_embeds must be of shape (seq_len, hidden_size)"),
-    ("wrong hidden size", lambda rows: torch_bytes(rows[:, :100]), "`prompt_embeds` hidden_size 100 does not match the model's hidden_size 576."),
-    ("non-float", lambda rows: torch_bytes(torch.ones(3, 576, dtype=torch.int64)), "`prompt_embeds` dtype torch.int64 is not a floating-point type"),
+    (
+        "rank 4",
+        lambda rows: torch_bytes(rows.reshape(1, 1, *rows.shape)),
+        "prompt_embeds must be of shape (seq_len, hidden_size)",
+    ),
+    (
+        "wrong hidden size",
+        lambda rows: torch_bytes(rows[:, :100]),
+        "`prompt_embeds` hidden_size 100 does not match the model's hidden_size 576.",
+    ),
+    (
+        "non-float",
+        lambda rows: torch_bytes(torch.ones(3, 576, dtype=torch.int64)),
+        "`prompt_embeds` dtype torch.int64 is not a floating-point type",
+    ),
     ("corrupt bytes", lambda rows: torch_bytes(rows)[:200], "could not be deserialized as a torch tensor"),
     ("not a tensor", lambda rows: torch_bytes({"a": rows}), "payload did not deserialize to a torch.Tensor"),
     ("garbage", lambda rows: b"\x00\x01 not base64 at all \xff", "neither a serialized tensor nor base64"),
@@ -144,8 +156,16 @@ def embeds_off_server(server_settings, tmp_path_factory):
     """A second, render-only server with the flag off (vLLM's default)."""
     from serving import launch
 
-    s = replace(server_settings, openai_port=0, enable_prompt_embeds=False, models="render_completion",
-                build_dir=str(tmp_path_factory.mktemp("embeds-off")), http_port=18200, grpc_port=18201, metrics_port=18202)
+    s = replace(
+        server_settings,
+        openai_port=0,
+        enable_prompt_embeds=False,
+        models="render_completion",
+        build_dir=str(tmp_path_factory.mktemp("embeds-off")),
+        http_port=18200,
+        grpc_port=18201,
+        metrics_port=18202,
+    )
     assert launch.start(s) == 0
     yield s
     launch.stop(s)

@@ -25,26 +25,77 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("deep", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=40)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5), max_leaves=25)
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=40)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=25,
+)
 
 ROLES = st.sampled_from(["user", "assistant", "system", "tool", "developer", "robot", "", None, 3])
 PART_TYPES = st.sampled_from(["text", "image_url", "image_embeds", "input_text", "refusal", "audio_url", None, 7])
-parts = st.fixed_dictionaries({"type": PART_TYPES}, optional={
-    "text": json_values, "image_url": json_values | st.fixed_dictionaries({"url": json_values}), "uuid": json_values,
-    "image_embeds": json_values})
-tool_calls = st.lists(st.fixed_dictionaries({}, optional={
-    "id": json_values, "type": st.sampled_from(["function", "custom", None]),
-    "function": st.fixed_dictionaries({}, optional={"name": json_values, "arguments": json_values | st.text(max_size=30)})}), max_size=3)
-messages = st.lists(st.fixed_dictionaries({"role": ROLES}, optional={
-    "content": json_values | st.text(max_size=60) | st.lists(parts | json_values, max_size=4),
-    "name": json_values, "tool_calls": tool_calls | json_values, "tool_call_id": json_values,
-    "reasoning": json_values}), max_size=5)
-BAG_KEYS = ["max_total_tokens", "max_output_tokens", "truncate_prompt_tokens", "truncation_side", "add_special_tokens",
-            "do_lower_case", "return_token_offsets", "needs_detokenization", "pad_prompt_tokens", "x"]
-tokenize_bags = st.dictionaries(st.sampled_from(BAG_KEYS), json_values | st.integers(-3, 10000), max_size=6) | json_values
-CHAT_KEYS = ["chat_template", "chat_template_content_format", "chat_template_kwargs", "add_generation_prompt",
-             "continue_final_message", "tools", "documents", "media_io_kwargs", "mm_processor_kwargs", "bogus"]
+parts = st.fixed_dictionaries(
+    {"type": PART_TYPES},
+    optional={
+        "text": json_values,
+        "image_url": json_values | st.fixed_dictionaries({"url": json_values}),
+        "uuid": json_values,
+        "image_embeds": json_values,
+    },
+)
+tool_calls = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "id": json_values,
+            "type": st.sampled_from(["function", "custom", None]),
+            "function": st.fixed_dictionaries(
+                {}, optional={"name": json_values, "arguments": json_values | st.text(max_size=30)}
+            ),
+        },
+    ),
+    max_size=3,
+)
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": ROLES},
+        optional={
+            "content": json_values | st.text(max_size=60) | st.lists(parts | json_values, max_size=4),
+            "name": json_values,
+            "tool_calls": tool_calls | json_values,
+            "tool_call_id": json_values,
+            "reasoning": json_values,
+        },
+    ),
+    max_size=5,
+)
+BAG_KEYS = [
+    "max_total_tokens",
+    "max_output_tokens",
+    "truncate_prompt_tokens",
+    "truncation_side",
+    "add_special_tokens",
+    "do_lower_case",
+    "return_token_offsets",
+    "needs_detokenization",
+    "pad_prompt_tokens",
+    "x",
+]
+tokenize_bags = (
+    st.dictionaries(st.sampled_from(BAG_KEYS), json_values | st.integers(-3, 10000), max_size=6) | json_values
+)
+CHAT_KEYS = [
+    "chat_template",
+    "chat_template_content_format",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tools",
+    "documents",
+    "media_io_kwargs",
+    "mm_processor_kwargs",
+    "bogus",
+]
 chat_bags = st.dictionaries(st.sampled_from(CHAT_KEYS), json_values, max_size=5) | json_values
 
 
@@ -76,7 +127,12 @@ def test_chat_params_from_any_json(bag):
     own_errors_only(ChatParams.from_request, bag)
 
 
-@given(bag=st.dictionaries(st.sampled_from(["temperature", "top_p", "top_k", "seed", "stop", "x"]), json_values, max_size=4) | json_values)
+@given(
+    bag=st.dictionaries(
+        st.sampled_from(["temperature", "top_p", "top_k", "seed", "stop", "x"]), json_values, max_size=4
+    )
+    | json_values
+)
 def test_sampling_params_from_any_json(bag):
     own_errors_only(SamplingParams.from_request, bag)
 
@@ -105,7 +161,7 @@ def test_text_prompt_pipeline(renderer, text, bag):
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(ids=st.lists(st.integers(-2**40, 2**40) | st.integers(0, 49151), max_size=50), bag=tokenize_bags)
+@given(ids=st.lists(st.integers(-(2**40), 2**40) | st.integers(0, 49151), max_size=50), bag=tokenize_bags)
 def test_token_id_pipeline(renderer, ids, bag):
     def run():
         params = renderer.request_params(bag)

@@ -17,15 +17,40 @@ from client.triton_client import completion_inputs
 pytestmark = pytest.mark.live
 
 STRINGS = [
-    "Hello world", "", " ", "  two leading spaces", "trailing spaces   ", "\n\n\t mixed whitespace \r\n",
-    "The quick brown fox jumps over the lazy dog.", "ALL CAPS SHOUTING", "MiXeD cAsE",
-    "ünïcödé àccénts ñ ß ø", "中文字符测试", "日本語のテキストです", "한국어 텍스트", "Ελληνικά κείμενα",
-    "Русский текст", "עברית", "العربية", "emoji 😀🦩👩‍👩‍👧‍👦🇫🇷", "𝄞 musical symbols",
-    "<|im_start|>user\nlooks like a chat<|im_end|>", "<|endoftext|>", "<s></s>[INST]", "<|im_start|>",
-    "code: def f(x):\n    return x ** 2  # comment", "{\"json\": [1, 2, {\"a\": null}]}",
-    "URLs http://example.com/path?q=1&r=2#frag", "numbers 3.14159 1e-10 -42 0x1F 1,000,000",
-    "punctuation!!! ??? ... --- ___ *** ###", "a" * 300, "word " * 400, "\u200b zero width \u200d joiner",
-    "combining e\u0301 and a\u0308", "tab\tseparated\tvalues", "mixed 中文 and English and emoji 🎉",
+    "Hello world",
+    "",
+    " ",
+    "  two leading spaces",
+    "trailing spaces   ",
+    "\n\n\t mixed whitespace \r\n",
+    "The quick brown fox jumps over the lazy dog.",
+    "ALL CAPS SHOUTING",
+    "MiXeD cAsE",
+    "ünïcödé àccénts ñ ß ø",
+    "中文字符测试",
+    "日本語のテキストです",
+    "한국어 텍스트",
+    "Ελληνικά κείμενα",
+    "Русский текст",
+    "עברית",
+    "العربية",
+    "emoji 😀🦩👩‍👩‍👧‍👦🇫🇷",
+    "𝄞 musical symbols",
+    "<|im_start|>user\nlooks like a chat<|im_end|>",
+    "<|endoftext|>",
+    "<s></s>[INST]",
+    "<|im_start|>",
+    "code: def f(x):\n    return x ** 2  # comment",
+    '{"json": [1, 2, {"a": null}]}',
+    "URLs http://example.com/path?q=1&r=2#frag",
+    "numbers 3.14159 1e-10 -42 0x1F 1,000,000",
+    "punctuation!!! ??? ... --- ___ *** ###",
+    "a" * 300,
+    "word " * 400,
+    "\u200b zero width \u200d joiner",
+    "combining e\u0301 and a\u0308",
+    "tab\tseparated\tvalues",
+    "mixed 中文 and English and emoji 🎉",
 ]
 
 
@@ -58,8 +83,15 @@ def test_truncation_default_side_is_the_tokenizers(client, hf_tokenizer):
 
 def test_truncation_minus_one_keeps_max_input(client, hf_tokenizer):
     text = "word " * 100
-    r = client.render_completion(text, tokenize_params={
-        "truncate_prompt_tokens": -1, "truncation_side": "left", "max_total_tokens": 50, "max_output_tokens": 10})
+    r = client.render_completion(
+        text,
+        tokenize_params={
+            "truncate_prompt_tokens": -1,
+            "truncation_side": "left",
+            "max_total_tokens": 50,
+            "max_output_tokens": 10,
+        },
+    )
     assert r.input_ids == hf_tokenizer(text).input_ids[-40:]
 
 
@@ -67,22 +99,28 @@ def test_truncation_larger_than_context_error(client):
     with pytest.raises(RequestError) as e:
         client.render_completion("x", tokenize_params={"truncate_prompt_tokens": 9000})
     assert e.value.is_client_error
-    assert "truncate_prompt_tokens=9000 cannot be greater than max_total_tokens - max_output_tokens = 8192. " \
-           "Please request a smaller truncation size." in e.value.message
+    assert (
+        "truncate_prompt_tokens=9000 cannot be greater than max_total_tokens - max_output_tokens = 8192. "
+        "Please request a smaller truncation size." in e.value.message
+    )
 
 
 def test_over_length_prompt_error(client):
     with pytest.raises(RequestError) as e:
         client.render_completion("hello " * 9000)
     assert e.value.is_client_error
-    assert ("This model's maximum context length is 8192 tokens. However, you requested 0 output tokens and "
-            "your prompt contains at least 8193 input tokens, for a total of at least 8193 tokens. Please reduce "
-            "the length of the input prompt or the number of requested output tokens.") in e.value.message
+    assert (
+        "This model's maximum context length is 8192 tokens. However, you requested 0 output tokens and "
+        "your prompt contains at least 8193 input tokens, for a total of at least 8193 tokens. Please reduce "
+        "the length of the input prompt or the number of requested output tokens."
+    ) in e.value.message
 
 
 def test_over_length_token_ids_exact_count(client):
     with pytest.raises(RequestError) as e:
-        client.render_completion(prompt_token_ids=[100] * 60, tokenize_params={"max_total_tokens": 64, "max_output_tokens": 8})
+        client.render_completion(
+            prompt_token_ids=[100] * 60, tokenize_params={"max_total_tokens": 64, "max_output_tokens": 8}
+        )
     assert "your prompt contains 60 input tokens, for a total of 68 tokens" in e.value.message
 
 
@@ -102,8 +140,9 @@ def test_offsets_equal_transformers(client, hf_tokenizer):
 
 def test_offsets_of_a_truncated_prompt(client, hf_tokenizer):
     text = "alpha beta gamma delta epsilon " * 40
-    r = client.render_completion(text, tokenize_params={
-        "return_token_offsets": True, "truncate_prompt_tokens": 5, "truncation_side": "left"})
+    r = client.render_completion(
+        text, tokenize_params={"return_token_offsets": True, "truncate_prompt_tokens": 5, "truncation_side": "left"}
+    )
     ref_tok = copy.deepcopy(hf_tokenizer)
     ref_tok.truncation_side = "left"
     ref = ref_tok(text, truncation=True, max_length=5, return_offsets_mapping=True)
@@ -134,15 +173,33 @@ def test_cache_salt_rules(client):
 
 
 BAD_REQUESTS = [
-    ("no prompt", {"tokenize_params": np.array([[b"{}"]], dtype=object)},
-     "Either prompt, prompt_token_ids or prompt_embeds must be provided"),
-    ("two prompt forms", {**completion_inputs("a"), "prompt_token_ids": np.array([[1]], np.int32)},
-     "Exactly one of prompt, prompt_token_ids or prompt_embeds may be provided, got prompt and prompt_token_ids"),
+    (
+        "no prompt",
+        {"tokenize_params": np.array([[b"{}"]], dtype=object)},
+        "Either prompt, prompt_token_ids or prompt_embeds must be provided",
+    ),
+    (
+        "two prompt forms",
+        {**completion_inputs("a"), "prompt_token_ids": np.array([[1]], np.int32)},
+        "Exactly one of prompt, prompt_token_ids or prompt_embeds may be provided, got prompt and prompt_token_ids",
+    ),
     ("invalid JSON", completion_inputs("a", tokenize_params="{not json"), "tokenize_params is not valid JSON"),
     ("JSON not an object", completion_inputs("a", tokenize_params="[1]"), "tokenize_params must be a JSON object"),
-    ("unknown field", completion_inputs("a", tokenize_params={"truncate": 3}), "Unknown field(s) in tokenize_params: truncate"),
-    ("wrong type", completion_inputs("a", tokenize_params={"add_special_tokens": "no"}), "tokenize_params.add_special_tokens must be a boolean"),
-    ("bad side", completion_inputs("a", tokenize_params={"truncation_side": "up"}), "`truncation_side` must be either 'left' or 'right'."),
+    (
+        "unknown field",
+        completion_inputs("a", tokenize_params={"truncate": 3}),
+        "Unknown field(s) in tokenize_params: truncate",
+    ),
+    (
+        "wrong type",
+        completion_inputs("a", tokenize_params={"add_special_tokens": "no"}),
+        "tokenize_params.add_special_tokens must be a boolean",
+    ),
+    (
+        "bad side",
+        completion_inputs("a", tokenize_params={"truncation_side": "up"}),
+        "`truncation_side` must be either 'left' or 'right'.",
+    ),
     ("invalid UTF-8", {"prompt": np.array([[b"ok \xff\xfe bad"]], dtype=object)}, "prompt is not valid UTF-8"),
     ("negative id", completion_inputs(prompt_token_ids=[5, -3]), "Token id -3 is out of vocabulary"),
     ("out-of-vocab id", completion_inputs(prompt_token_ids=[5, 49152]), "Token id 49152 is out of vocabulary"),
@@ -170,7 +227,9 @@ def test_oversized_input_is_a_400(client, server):
     with pytest.raises(RequestError) as e:
         client.render_completion(big)
     assert e.value.is_client_error
-    assert f"Input 'prompt' is {len(big)} bytes, more than the limit of {server.max_input_bytes} bytes." in e.value.message
+    assert (
+        f"Input 'prompt' is {len(big)} bytes, more than the limit of {server.max_input_bytes} bytes." in e.value.message
+    )
     assert client.render_completion("small is fine").input_ids
 
 
@@ -225,4 +284,6 @@ def test_http_generate_endpoint_and_curl_shape(server, hf_tokenizer):
         out = json.load(r)
     assert out["input_ids"] == hf_tokenizer("curl me").input_ids
     # The generate endpoint flattens tensors: offsets come as [s0, e0, s1, e1, ...].
-    assert out["token_offsets"] == [x for o in hf_tokenizer("curl me", return_offsets_mapping=True).offset_mapping for x in o]
+    assert out["token_offsets"] == [
+        x for o in hf_tokenizer("curl me", return_offsets_mapping=True).offset_mapping for x in o
+    ]

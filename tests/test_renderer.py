@@ -9,7 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from renderer import Renderer, RendererConfig, TextPrompt, TokensPrompt
-from renderer.errors import EmbedsError, EmptyPromptError, NoPromptError, PromptFormError, PromptTooLongError, PromptTypeError, TokenIdError
+from renderer.errors import (
+    EmbedsError,
+    EmptyPromptError,
+    NoPromptError,
+    PromptFormError,
+    PromptTooLongError,
+    PromptTypeError,
+    TokenIdError,
+)
 from renderer.model_info import ModelInfo
 from renderer.prompts import completion_prompt
 from renderer.tokenizer import Tokenizer
@@ -63,7 +71,8 @@ def test_special_tokens_added_and_offsets_zero(bos_renderer, bos_hf):
 def test_truncation_keeps_special_tokens_like_transformers(bos_renderer, bos_hf, side):
     text = "one two three four five six seven eight"
     p = bos_renderer.default_completion_params.with_request(
-        {"truncate_prompt_tokens": 4, "truncation_side": side, "return_token_offsets": True}, max_model_len=8192)
+        {"truncate_prompt_tokens": 4, "truncation_side": side, "return_token_offsets": True}, max_model_len=8192
+    )
     [r] = bos_renderer.tokenize_prompts([TextPrompt(text)], p)
     ref_tok = copy.deepcopy(bos_hf)
     ref_tok.truncation_side = side
@@ -75,7 +84,8 @@ def test_truncation_keeps_special_tokens_like_transformers(bos_renderer, bos_hf,
 def test_pretrim_shifts_offsets_back_to_the_sent_text(renderer, hf_tokenizer):
     text = "word " * 200  # 1000 chars; 2 tokens may span at most 2 * 81 chars: the text is pre-trimmed
     p = renderer.default_completion_params.with_request(
-        {"truncate_prompt_tokens": 2, "truncation_side": "left", "return_token_offsets": True}, max_model_len=8192)
+        {"truncate_prompt_tokens": 2, "truncation_side": "left", "return_token_offsets": True}, max_model_len=8192
+    )
     [r] = renderer.tokenize_prompts([TextPrompt(text)], p)
     assert r.prompt_token_ids == hf_tokenizer(text).input_ids[-2:]
     for tid, (s, e) in zip(r.prompt_token_ids, r.token_offsets):
@@ -84,7 +94,9 @@ def test_pretrim_shifts_offsets_back_to_the_sent_text(renderer, hf_tokenizer):
 
 
 def test_bounded_tokenization_says_at_least(renderer):
-    p = renderer.default_completion_params.with_request({"max_total_tokens": 50, "max_output_tokens": 10}, max_model_len=8192)
+    p = renderer.default_completion_params.with_request(
+        {"max_total_tokens": 50, "max_output_tokens": 10}, max_model_len=8192
+    )
     [r] = renderer.tokenize_prompts([TextPrompt("hello " * 100)], p)
     assert isinstance(r, PromptTooLongError)
     assert "your prompt contains at least 41 input tokens" in str(r)
@@ -94,7 +106,9 @@ def test_bounded_tokenization_says_at_least(renderer):
 
 def test_one_bad_item_does_not_fail_the_batch(renderer, hf_tokenizer):
     p = renderer.default_completion_params
-    out = renderer.render_batch([TextPrompt("good one"), TokensPrompt([10**7]), TextPrompt(""), TokensPrompt([5, 6])], [p] * 4)
+    out = renderer.render_batch(
+        [TextPrompt("good one"), TokensPrompt([10**7]), TextPrompt(""), TokensPrompt([5, 6])], [p] * 4
+    )
     assert out[0].prompt_token_ids == hf_tokenizer("good one").input_ids
     assert isinstance(out[1], TokenIdError) and "Token id 10000000 is out of vocabulary" in str(out[1])
     assert isinstance(out[2], EmptyPromptError) and str(out[2]) == "The decoder prompt cannot be empty"
@@ -145,8 +159,11 @@ def test_thread_safe_under_mixed_truncation(renderer, hf_tokenizer):
     """Truncation state lives in the Rust tokenizer: threads must not see each other's."""
     text = "the quick brown fox jumps over the lazy dog " * 5
     full = hf_tokenizer(text).input_ids
-    cases = [({}, full), ({"truncate_prompt_tokens": 3, "truncation_side": "left"}, full[-3:]),
-             ({"truncate_prompt_tokens": 5, "truncation_side": "right"}, full[:5])]
+    cases = [
+        ({}, full),
+        ({"truncate_prompt_tokens": 3, "truncation_side": "left"}, full[-3:]),
+        ({"truncate_prompt_tokens": 5, "truncation_side": "right"}, full[:5]),
+    ]
 
     def work(i):
         bag, expected = cases[i % 3]

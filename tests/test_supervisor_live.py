@@ -32,9 +32,17 @@ PROMPT = "The supervisor brings the server back"
 
 
 def small_server(tmp_path: Path, model_dir: Path, port: int, openai_port: int = 0) -> launch.Settings:
-    return replace(launch.Settings(), model_dir=str(model_dir), build_dir=str(tmp_path / "build"),
-                   http_port=port, grpc_port=port + 1, metrics_port=port + 2, openai_port=openai_port,
-                   models="render_completion", tokenize_instances=1)
+    return replace(
+        launch.Settings(),
+        model_dir=str(model_dir),
+        build_dir=str(tmp_path / "build"),
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+        openai_port=openai_port,
+        models="render_completion",
+        tokenize_instances=1,
+    )
 
 
 def regions_of(s: launch.Settings) -> set[str]:
@@ -111,20 +119,28 @@ def test_sigkilled_tritonserver_is_restarted_under_load(tmp_path, model_dir, hf_
         old_regions = stub_regions(old_pid)
         assert old_regions, "the server's stubs have no shared-memory regions: the leak check would check nothing"
         with Load(s, hf_tokenizer(PROMPT).input_ids) as load:
-            wait_for(lambda: load.ok_after(0, "grpc") >= 10 and load.ok_after(0, "http") >= 10, 30,
-                     "requests before the kill")
+            wait_for(
+                lambda: load.ok_after(0, "grpc") >= 10 and load.ok_after(0, "http") >= 10,
+                30,
+                "requests before the kill",
+            )
             killed_at = time.monotonic()
             os.kill(old_pid, signal.SIGKILL)
             ready_at = wait_for(lambda: restarted(s, old_pid), 60, "the restarted server to be ready")
-            wait_for(lambda: load.ok_after(ready_at, "grpc") >= 10 and load.ok_after(ready_at, "http") >= 10, 120,
-                     "correct answers from the restarted server over both protocols")
+            wait_for(
+                lambda: load.ok_after(ready_at, "grpc") >= 10 and load.ok_after(ready_at, "http") >= 10,
+                120,
+                "correct answers from the restarted server over both protocols",
+            )
         results = load.results
         restart_s = ready_at - killed_at
         failed = [(t, r) for t, _, r in results if r.startswith("error")]
         with capsys.disabled():
-            print(f"\nSIGKILL to ready: {restart_s:.1f} s; {len(results)} requests; failures from "
-                  f"{failed[0][0] - killed_at:+.1f} s to {failed[-1][0] - killed_at:+.1f} s after the kill; "
-                  f"first: {failed[0][1]}")
+            print(
+                f"\nSIGKILL to ready: {restart_s:.1f} s; {len(results)} requests; failures from "
+                f"{failed[0][0] - killed_at:+.1f} s to {failed[-1][0] - killed_at:+.1f} s after the kill; "
+                f"first: {failed[0][1]}"
+            )
         assert restart_s < 60
         assert "wrong" not in [r for _, _, r in results], "a request got wrong ids"
         # Requests in flight at the kill may fail; those finished well before it may not.
@@ -161,8 +177,11 @@ def _stubs_loading(s: launch.Settings) -> bool:
 @pytest.mark.parametrize("moment", [_tritonserver_spawned, _stubs_loading], ids=["spawned", "stubs-loading"])
 def test_stop_during_start_up_leaves_nothing(tmp_path, model_dir, moment):
     """`stop` while `start` is still waiting: no server, stub, watchdog, front or region remains."""
-    s = replace(small_server(tmp_path, model_dir, 18120, openai_port=18123), models="render_completion,render_chat",
-                chat_render_instances=2)
+    s = replace(
+        small_server(tmp_path, model_dir, 18120, openai_port=18123),
+        models="render_completion,render_chat",
+        chat_render_instances=2,
+    )
     started: list[int] = []
     starter = threading.Thread(target=lambda: started.append(launch.start(s)))
     starter.start()
@@ -195,12 +214,25 @@ def test_container_entrypoint_supervises_tritonserver(tmp_path, model_dir):
     s = small_server(tmp_path, model_dir, 18130)
     setting_names = {f.name.upper() for f in fields(launch.Settings)}
     env = {k: v for k, v in os.environ.items() if k not in setting_names}
-    env.update(MODEL_DIR=str(model_dir), BUILD_DIR=s.build_dir, HTTP_PORT=str(s.http_port),
-               GRPC_PORT=str(s.grpc_port), METRICS_PORT=str(s.metrics_port), OPENAI_PORT="0",
-               MODELS=s.models, TOKENIZE_INSTANCES="1", PYTHON=sys.executable)
+    env.update(
+        MODEL_DIR=str(model_dir),
+        BUILD_DIR=s.build_dir,
+        HTTP_PORT=str(s.http_port),
+        GRPC_PORT=str(s.grpc_port),
+        METRICS_PORT=str(s.metrics_port),
+        OPENAI_PORT="0",
+        MODELS=s.models,
+        TOKENIZE_INSTANCES="1",
+        PYTHON=sys.executable,
+    )
     log = open(tmp_path / "entrypoint.log", "wb")
-    proc = subprocess.Popen([str(ROOT / "docker" / "entrypoint.sh"), "serve"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(ROOT / "docker" / "entrypoint.sh"), "serve"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: launch.is_ready(s) or proc.poll() is not None, 120, "the entrypoint's server")
         state = launch.supervisor_state(s)

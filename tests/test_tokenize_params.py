@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from renderer.errors import (
-    FieldTypeError, InvalidParamsError, OutputTokensError, PromptTooLongError, TruncationSideError,
-    TruncationSizeError, UnknownFieldError,
+    FieldTypeError,
+    InvalidParamsError,
+    OutputTokensError,
+    PromptTooLongError,
+    TruncationSideError,
+    TruncationSizeError,
+    UnknownFieldError,
 )
 from renderer.params import TokenizeParams
 
@@ -52,7 +57,9 @@ def test_no_context_no_bound():
 def test_text_over_char_budget_fails_before_tokenizing():
     p = params(max_total_tokens=10, max_output_tokens=2)
     p.prepare_text("x" * 32, max_chars_per_token=4, tokenizer_side="right")  # exactly at the bound
-    with pytest.raises(PromptTooLongError, match=r"You passed 33 input characters and requested 2 output tokens.*at most 32 characters"):
+    with pytest.raises(
+        PromptTooLongError, match=r"You passed 33 input characters and requested 2 output tokens.*at most 32 characters"
+    ):
         p.prepare_text("x" * 33, max_chars_per_token=4, tokenizer_side="right")
 
 
@@ -81,15 +88,24 @@ def test_pad_to_length_and_to_max_input():
         params(pad_prompt_tokens=4).pad([1], pad_id=None)
 
 
-@pytest.mark.parametrize("n, side, expected", [
-    (2, "left", [3, 4]), (2, "right", [1, 2]), (0, "left", []), (9, "left", [1, 2, 3, 4]), (None, "left", [1, 2, 3, 4]),
-])
+@pytest.mark.parametrize(
+    "n, side, expected",
+    [
+        (2, "left", [3, 4]),
+        (2, "right", [1, 2]),
+        (0, "left", []),
+        (9, "left", [1, 2, 3, 4]),
+        (None, "left", [1, 2, 3, 4]),
+    ],
+)
 def test_truncate(n, side, expected):
     assert params(truncate_prompt_tokens=n, truncation_side=side).truncate([1, 2, 3, 4], "right") == expected
 
 
 def test_truncate_minus_one_keeps_max_input():
-    assert params(max_total_tokens=5, max_output_tokens=2, truncate_prompt_tokens=-1).truncate(list(range(10)), "left") == [7, 8, 9]
+    assert params(max_total_tokens=5, max_output_tokens=2, truncate_prompt_tokens=-1).truncate(
+        list(range(10)), "left"
+    ) == [7, 8, 9]
 
 
 def test_length_check_wording():
@@ -102,7 +118,9 @@ def test_length_check_wording():
         "and your prompt contains 91 input tokens, for a total of 101 tokens. Please reduce the length "
         "of the input prompt or the number of requested output tokens."
     )
-    with pytest.raises(PromptTooLongError, match="your prompt contains at least 91 input tokens, for a total of at least 101"):
+    with pytest.raises(
+        PromptTooLongError, match="your prompt contains at least 91 input tokens, for a total of at least 101"
+    ):
         p.check_length(91, at_least=True)
 
 
@@ -110,7 +128,9 @@ class TestRequestBag:
     base = TokenizeParams(max_total_tokens=100)
 
     def test_overlay(self):
-        p = self.base.with_request({"truncate_prompt_tokens": 5, "truncation_side": "left", "add_special_tokens": False}, max_model_len=100)
+        p = self.base.with_request(
+            {"truncate_prompt_tokens": 5, "truncation_side": "left", "add_special_tokens": False}, max_model_len=100
+        )
         assert (p.truncate_prompt_tokens, p.truncation_side, p.add_special_tokens) == (5, "left", False)
 
     def test_empty_bag_is_defaults(self):
@@ -121,10 +141,17 @@ class TestRequestBag:
         with pytest.raises(UnknownFieldError, match=r"Unknown field\(s\) in tokenize_params: max_tokenz"):
             self.base.with_request({"max_tokenz": 3}, max_model_len=100)
 
-    @pytest.mark.parametrize("field, value", [
-        ("add_special_tokens", "yes"), ("add_special_tokens", 1), ("truncate_prompt_tokens", 2.5),
-        ("truncate_prompt_tokens", True), ("max_output_tokens", "3"), ("return_token_offsets", None),
-    ])
+    @pytest.mark.parametrize(
+        "field, value",
+        [
+            ("add_special_tokens", "yes"),
+            ("add_special_tokens", 1),
+            ("truncate_prompt_tokens", 2.5),
+            ("truncate_prompt_tokens", True),
+            ("max_output_tokens", "3"),
+            ("return_token_offsets", None),
+        ],
+    )
     def test_wrong_types(self, field, value):
         with pytest.raises(FieldTypeError, match=rf"tokenize_params\.{field} must be"):
             self.base.with_request({field: value}, max_model_len=100)
@@ -133,17 +160,23 @@ class TestRequestBag:
         with pytest.raises(FieldTypeError, match="tokenize_params must be a JSON object"):
             self.base.with_request([1, 2], max_model_len=100)
 
-    @pytest.mark.parametrize("field, value", [("truncate_prompt_tokens", -2), ("max_output_tokens", -1), ("max_total_tokens", 0)])
+    @pytest.mark.parametrize(
+        "field, value", [("truncate_prompt_tokens", -2), ("max_output_tokens", -1), ("max_total_tokens", 0)]
+    )
     def test_ranges(self, field, value):
         with pytest.raises(FieldTypeError):
             self.base.with_request({field: value}, max_model_len=100)
 
     def test_total_over_model_context(self):
-        with pytest.raises(InvalidParamsError, match="cannot be greater than the model's maximum context length of 100"):
+        with pytest.raises(
+            InvalidParamsError, match="cannot be greater than the model's maximum context length of 100"
+        ):
             self.base.with_request({"max_total_tokens": 101}, max_model_len=100)
 
     def test_nullable_fields(self):
-        p = TokenizeParams(max_total_tokens=100, truncate_prompt_tokens=4).with_request({"truncate_prompt_tokens": None}, max_model_len=100)
+        p = TokenizeParams(max_total_tokens=100, truncate_prompt_tokens=4).with_request(
+            {"truncate_prompt_tokens": None}, max_model_len=100
+        )
         assert p.truncate_prompt_tokens is None
 
     def test_cross_field_rules_run_on_the_result(self):

@@ -34,12 +34,18 @@ def tokenizer_dirs(model_dir) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def pairs(tokenizer_dirs) -> dict[str, tuple[Tokenizer, Tokenizer]]:
     """name -> (auto backend, Hugging Face backend) on the same folder."""
-    return {n: (Tokenizer.from_pretrained(tokenizer_dirs[n], backend="auto"),
-                Tokenizer.from_pretrained(tokenizer_dirs[n], backend="huggingface")) for n in NAMES}
+    return {
+        n: (
+            Tokenizer.from_pretrained(tokenizer_dirs[n], backend="auto"),
+            Tokenizer.from_pretrained(tokenizer_dirs[n], backend="huggingface"),
+        )
+        for n in NAMES
+    }
 
 
-OPTIONS = [EncodeOptions(add, n, side) for add in (False, True) for n in (None, 0, 1, 2, 7, 64)
-           for side in ("left", "right")]
+OPTIONS = [
+    EncodeOptions(add, n, side) for add in (False, True) for n in (None, 0, 1, 2, 7, 64) for side in ("left", "right")
+]
 
 
 def assert_same(pair: tuple[Tokenizer, Tokenizer], texts: list[str], opts: EncodeOptions) -> None:
@@ -58,18 +64,54 @@ def test_auto_selects_fastokens_for_the_carried_tokenizers(pairs, name):
 
 
 # Fragments that stress pre-tokenizer regexes and added-token matching, mixed into random text.
-FRAGMENTS = ["'s", "'S", "'re", "'LL", " 's", "don't", "\r\n", "\n\n", "   ", "\t", "\u00a0", "\u3000",
-             "\u2028", "\u200b", "\ufeff", "e\u0301", "👨\u200d👩\u200d👧", "🇫🇷", "１２３", "٣", "1234567",
-             "中文", "ひら", "한국", "ǅ", "ʰ", "...", "!?", "x" * 40, " " * 17, "\x00", "\x7f"]
+FRAGMENTS = [
+    "'s",
+    "'S",
+    "'re",
+    "'LL",
+    " 's",
+    "don't",
+    "\r\n",
+    "\n\n",
+    "   ",
+    "\t",
+    "\u00a0",
+    "\u3000",
+    "\u2028",
+    "\u200b",
+    "\ufeff",
+    "e\u0301",
+    "👨\u200d👩\u200d👧",
+    "🇫🇷",
+    "１２３",
+    "٣",
+    "1234567",
+    "中文",
+    "ひら",
+    "한국",
+    "ǅ",
+    "ʰ",
+    "...",
+    "!?",
+    "x" * 40,
+    " " * 17,
+    "\x00",
+    "\x7f",
+]
 
 
 @st.composite
 def hostile_text(draw, added: list[str]) -> str:
-    parts = draw(st.lists(st.one_of(
-        st.text(max_size=30),  # any code point but surrogates
-        st.sampled_from(FRAGMENTS),
-        st.sampled_from(added or ["x"]),
-    ), max_size=12))
+    parts = draw(
+        st.lists(
+            st.one_of(
+                st.text(max_size=30),  # any code point but surrogates
+                st.sampled_from(FRAGMENTS),
+                st.sampled_from(added or ["x"]),
+            ),
+            max_size=12,
+        )
+    )
     return "".join(parts)
 
 
@@ -78,8 +120,12 @@ def test_generated_text_matches_hugging_face(pairs, name):
     fast, hf = pairs[name]
     added = [t.content for t in hf.hf.backend_tokenizer.get_added_tokens_decoder().values()]
 
-    @settings(max_examples=150, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=150,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
     @given(texts=st.lists(hostile_text(added), min_size=1, max_size=4), opts=st.sampled_from(OPTIONS))
     def check(texts, opts):
         assert_same(pairs[name], texts, opts)
@@ -90,14 +136,15 @@ def test_generated_text_matches_hugging_face(pairs, name):
 def _source_windows(n: int, seed: int) -> list[str]:
     """Windows of real text: this repository's code and docs."""
     rng = random.Random(seed)
-    files = sorted(glob.glob(str(ROOT / "*" / "*.py")) + glob.glob(str(ROOT / "docs" / "*.md"))
-                   + glob.glob(str(ROOT / "*.md")))
+    files = sorted(
+        glob.glob(str(ROOT / "*" / "*.py")) + glob.glob(str(ROOT / "docs" / "*.md")) + glob.glob(str(ROOT / "*.md"))
+    )
     out = []
     for f in files:
         text = Path(f).read_text(encoding="utf-8", errors="replace")
         for _ in range(3):
             a = rng.randrange(max(1, len(text)))
-            out.append(text[a:a + rng.choice([40, 400, 4000])])
+            out.append(text[a : a + rng.choice([40, 400, 4000])])
     rng.shuffle(out)
     return out[:n]
 
@@ -106,8 +153,12 @@ def _source_windows(n: int, seed: int) -> list[str]:
 def test_real_text_matches_hugging_face(pairs, name):
     texts = _source_windows(300, seed=NAMES.index(name))
     assert len(texts) >= 100
-    for opts in (EncodeOptions(False, None, "right"), EncodeOptions(True, None, "right"),
-                 EncodeOptions(True, 100, "left"), EncodeOptions(True, 100, "right")):
+    for opts in (
+        EncodeOptions(False, None, "right"),
+        EncodeOptions(True, None, "right"),
+        EncodeOptions(True, 100, "left"),
+        EncodeOptions(True, 100, "right"),
+    ):
         assert_same(pairs[name], texts, opts)
 
 
@@ -115,7 +166,11 @@ def test_real_text_matches_hugging_face(pairs, name):
 def test_every_added_token_in_context_matches(pairs, name):
     _, hf = pairs[name]
     added = [t.content for t in hf.hf.backend_tokenizer.get_added_tokens_decoder().values()]
-    texts = [f"{pre}{tok}{post}" for tok in added for pre, post in (("", ""), ("a", "b"), (" ", " "), ("\n", "\n"), ("  x", "y  "))]
+    texts = [
+        f"{pre}{tok}{post}"
+        for tok in added
+        for pre, post in (("", ""), ("a", "b"), (" ", " "), ("\n", "\n"), ("  x", "y  "))
+    ]
     assert_same(pairs[name], texts, EncodeOptions(False, None, "right"))
     assert_same(pairs[name], texts, EncodeOptions(True, 3, "left"))
 
@@ -194,11 +249,18 @@ def test_unknown_backend_is_refused(pairs):
 def test_live_tokenize_stage_encodes_with_fastokens(server, client, hf_tokenizer):
     """The served tokenize stage picked fastokens (so every live parity test exercises it), and
     its ids equal transformers' on text the load-time probes never saw."""
-    lines = [ln for ln in Path(server.log_file).read_text(errors="replace").splitlines()
-             if "tokenize: tokenizer backend" in ln]
+    lines = [
+        ln
+        for ln in Path(server.log_file).read_text(errors="replace").splitlines()
+        if "tokenize: tokenizer backend" in ln
+    ]
     assert lines, "the tokenize stage logged no tokenizer backend"
     assert "tokenizer backend fastokens" in lines[-1], lines[-1]
-    for text in ("Ünïcödé 中文 👨\u200d👩\u200d👧 don't   stop\r\n\t<|im_start|>x", "a" * 3000 + " b", "x\u3000y\u2028z 1234567"):
+    for text in (
+        "Ünïcödé 中文 👨\u200d👩\u200d👧 don't   stop\r\n\t<|im_start|>x",
+        "a" * 3000 + " b",
+        "x\u3000y\u2028z 1234567",
+    ):
         assert client.render_completion(text).input_ids == hf_tokenizer(text)["input_ids"]
 
 

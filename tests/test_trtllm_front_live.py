@@ -18,9 +18,17 @@ PROMPT = "The capital of France is"
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "trtllm" / "interface.json").read_text())
 # Each input typed as TensorRT-LLM's ensemble declares it.
-TYPES = {t["name"]: {"TYPE_INT32": np.int32, "TYPE_FP32": np.float32, "TYPE_BOOL": np.bool_,
-                     "TYPE_UINT64": np.uint64, "TYPE_STRING": object}[t["data_type"]]
-         for t in FIXTURE["ensemble"]["inputs"] if t["data_type"] != "TYPE_FP16"}
+TYPES = {
+    t["name"]: {
+        "TYPE_INT32": np.int32,
+        "TYPE_FP32": np.float32,
+        "TYPE_BOOL": np.bool_,
+        "TYPE_UINT64": np.uint64,
+        "TYPE_STRING": object,
+    }[t["data_type"]]
+    for t in FIXTURE["ensemble"]["inputs"]
+    if t["data_type"] != "TYPE_FP16"
+}
 
 
 def front(client, stream=False, **inputs):
@@ -86,18 +94,21 @@ def test_sampling_inputs_are_honoured(client):
     assert a == b and len({a[0].text, *c}) > 1
 
 
-@pytest.mark.parametrize("inputs, message", [
-    ({"beam_width": 2}, "Input 'beam_width' is not supported by this server: beam search is not served"),
-    ({"num_return_sequences": 3}, "Input 'num_return_sequences' is not supported"),
-    ({"return_log_probs": True}, "Input 'return_log_probs' is not supported"),
-    ({"return_generation_logits": True}, "Input 'return_generation_logits' is not supported"),
-    ({"lora_task_id": 1}, "Input 'lora_task_id' is not supported by this server: LoRA adapters are not served"),
-    ({"guided_decoding_guide": ["{}"]}, "Input 'guided_decoding_guide' is not supported"),
-    ({"decoder_text_input": ["x"]}, "Input 'decoder_text_input' is not supported"),
-    ({"temperature": -1.0, "top_k": 5}, "temperature must be non-negative, got -1.0."),
-    ({"presence_penalty": 3.0}, "presence_penalty must be in [-2, 2], got 3.0."),
-    ({"min_tokens": 40}, "min_tokens must be less than or equal to max_tokens=12, got 40."),
-])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"beam_width": 2}, "Input 'beam_width' is not supported by this server: beam search is not served"),
+        ({"num_return_sequences": 3}, "Input 'num_return_sequences' is not supported"),
+        ({"return_log_probs": True}, "Input 'return_log_probs' is not supported"),
+        ({"return_generation_logits": True}, "Input 'return_generation_logits' is not supported"),
+        ({"lora_task_id": 1}, "Input 'lora_task_id' is not supported by this server: LoRA adapters are not served"),
+        ({"guided_decoding_guide": ["{}"]}, "Input 'guided_decoding_guide' is not supported"),
+        ({"decoder_text_input": ["x"]}, "Input 'decoder_text_input' is not supported"),
+        ({"temperature": -1.0, "top_k": 5}, "temperature must be non-negative, got -1.0."),
+        ({"presence_penalty": 3.0}, "presence_penalty must be in [-2, 2], got 3.0."),
+        ({"min_tokens": 40}, "min_tokens must be less than or equal to max_tokens=12, got 40."),
+    ],
+)
 def test_what_the_front_cannot_honour_is_a_400(client, inputs, message):
     with pytest.raises(RequestError) as e:
         front(client, **inputs)
@@ -107,12 +118,20 @@ def test_what_the_front_cannot_honour_is_a_400(client, inputs, message):
 
 
 def test_no_op_values_are_accepted(client, whole):
-    [out] = front(client, exclude_input_in_output=True, beam_width=1, num_return_sequences=1, return_log_probs=False,
-                  length_penalty=1.0, repetition_penalty=1.0)
+    [out] = front(
+        client,
+        exclude_input_in_output=True,
+        beam_width=1,
+        num_return_sequences=1,
+        return_log_probs=False,
+        length_penalty=1.0,
+        repetition_penalty=1.0,
+    )
     assert out.text == whole.text
 
 
 # --- vLLM's output rules in completion / chat ----------------------------------------------------
+
 
 def gen(client, stream=False, **sp):
     return list(client.generate("completion", prompt=PROMPT, max_tokens=12, stream=stream, sampling_params=sp))
@@ -152,6 +171,12 @@ def test_ignore_eos_generates_past_the_end(client):
 def test_penalties_change_a_repetitive_answer(client):
     prompt = "one one one one one one"
     [plain] = list(client.generate("completion", prompt=prompt, max_tokens=8))
-    [pen] = list(client.generate("completion", prompt=prompt, max_tokens=8,
-                                 sampling_params={"repetition_penalty": 2.0, "frequency_penalty": 2.0}))
+    [pen] = list(
+        client.generate(
+            "completion",
+            prompt=prompt,
+            max_tokens=8,
+            sampling_params={"repetition_penalty": 2.0, "frequency_penalty": 2.0},
+        )
+    )
     assert plain.output_ids != pen.output_ids

@@ -28,9 +28,11 @@ VLLM_PYTHON = ROOT / "build" / "peer-venv" / "bin" / "python"
 
 pytestmark = [
     pytest.mark.live,
-    pytest.mark.skipif(not (ROOT / "build" / "peer-venv" / ".installed").exists(),
-                       reason="vLLM's environment build/peer-venv is missing: `make engine-vllm` installs it "
-                              "(.ci/run does), then these tests run"),
+    pytest.mark.skipif(
+        not (ROOT / "build" / "peer-venv" / ".installed").exists(),
+        reason="vLLM's environment build/peer-venv is missing: `make engine-vllm` installs it "
+        "(.ci/run does), then these tests run",
+    ),
 ]
 
 COMPLETIONS = [
@@ -44,8 +46,11 @@ COMPLETIONS = [
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "system", "content": "You are a pirate."}, {"role": "user", "content": "Say hello."}],
-    [{"role": "user", "content": "Count to five."}, {"role": "assistant", "content": "1, 2, 3, 4, 5."},
-     {"role": "user", "content": "Now backwards."}],
+    [
+        {"role": "user", "content": "Count to five."},
+        {"role": "assistant", "content": "1, 2, 3, 4, 5."},
+        {"role": "user", "content": "Now backwards."},
+    ],
     [{"role": "user", "content": [{"type": "text", "text": "Name a color."}, {"type": "text", "text": "Just one."}]}],
     [{"role": "user", "content": "你好！请介绍一下你自己。"}],
 ]
@@ -69,8 +74,14 @@ def cases(tmp: Path) -> list[dict]:
         out.append({"kind": "chat", "messages": messages, "sampling": SAMPLING[(i + 2) % len(SAMPLING)]})
     for messages in CHATS[:2]:
         out.append({"kind": "chat", "messages": messages, "sampling": {"ignore_eos": True, "stop_token_ids": [30]}})
-    out.append({"kind": "chat", "messages": CHATS[0] + [{"role": "assistant", "content": "The capital"}],
-                "sampling": {}, "chat": {"add_generation_prompt": False, "continue_final_message": True}})
+    out.append(
+        {
+            "kind": "chat",
+            "messages": CHATS[0] + [{"role": "assistant", "content": "The capital"}],
+            "sampling": {},
+            "chat": {"add_generation_prompt": False, "continue_final_message": True},
+        }
+    )
     for prompt in COMPLETIONS[:4]:
         out.append({"kind": "completion", "prompt": prompt, "sampling": {"ignore_eos": True}})
     for i, prompt in enumerate(EMBED_PROMPTS):
@@ -91,11 +102,14 @@ def requests_and_answers(model_dir, hf_tokenizer, tmp_path_factory):
         torch.save(table[hf_tokenizer(prompt).input_ids].clone(), tmp / f"embeds{i}.pt")
     reqs = cases(tmp)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    run = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_reference.py"), str(model_dir),
-                          str(tmp / "answers.json")],
-                         input=json.dumps([{**r, "sampling": {**r["sampling"], "max_tokens": MAX_TOKENS}}
-                                           for r in reqs]),
-                         capture_output=True, text=True, env=env, timeout=900)
+    run = subprocess.run(
+        [str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_reference.py"), str(model_dir), str(tmp / "answers.json")],
+        input=json.dumps([{**r, "sampling": {**r["sampling"], "max_tokens": MAX_TOKENS}} for r in reqs]),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     answers = json.loads((tmp / "answers.json").read_text())
     assert len(reqs) >= 20 and len(answers) == len(reqs)
@@ -107,9 +121,18 @@ def vllm_server(server_settings, tmp_path_factory):
     from serving import launch
 
     port = int(os.environ.get("TEST_VLLM_PORT", 18500))
-    s = replace(server_settings, openai_port=0, llm_engine="vllm", enable_prompt_embeds=True, models="completion,chat,ensemble",
-                build_dir=str(tmp_path_factory.mktemp("vllm-build")), http_port=port, grpc_port=port + 1,
-                metrics_port=port + 2, startup_timeout_s=600)
+    s = replace(
+        server_settings,
+        openai_port=0,
+        llm_engine="vllm",
+        enable_prompt_embeds=True,
+        models="completion,chat,ensemble",
+        build_dir=str(tmp_path_factory.mktemp("vllm-build")),
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+        startup_timeout_s=600,
+    )
     launch.stop(s)
     if launch.start(s) != 0:
         pytest.fail(f"tritonserver with vLLM's engine did not start; see {s.log_file}")
@@ -121,14 +144,30 @@ def ask(c: RendererClient, r: dict, stream: bool):
     sampling = r["sampling"]
     if r["kind"] == "chat":
         chat = r.get("chat", {})
-        pieces = list(c.generate("chat", messages=r["messages"], chat_params=chat or None, max_tokens=MAX_TOKENS,
-                                 stream=stream, sampling_params=sampling))
+        pieces = list(
+            c.generate(
+                "chat",
+                messages=r["messages"],
+                chat_params=chat or None,
+                max_tokens=MAX_TOKENS,
+                stream=stream,
+                sampling_params=sampling,
+            )
+        )
     elif r["kind"] == "embeds":
-        pieces = list(c.generate("completion", prompt_embeds=Path(r["embeds_file"]).read_bytes(),
-                                 max_tokens=MAX_TOKENS, stream=stream, sampling_params=sampling))
+        pieces = list(
+            c.generate(
+                "completion",
+                prompt_embeds=Path(r["embeds_file"]).read_bytes(),
+                max_tokens=MAX_TOKENS,
+                stream=stream,
+                sampling_params=sampling,
+            )
+        )
     else:
-        pieces = list(c.generate("completion", prompt=r["prompt"], max_tokens=MAX_TOKENS, stream=stream,
-                                 sampling_params=sampling))
+        pieces = list(
+            c.generate("completion", prompt=r["prompt"], max_tokens=MAX_TOKENS, stream=stream, sampling_params=sampling)
+        )
     return "".join(p.text for p in pieces), [i for p in pieces for i in p.output_ids]
 
 
@@ -152,9 +191,16 @@ def test_the_ensemble_front_on_vllms_engine(vllm_server, requests_and_answers):
     r, want = reqs[0], answers[0]
     assert r["kind"] == "completion" and not r["sampling"]
     with RendererClient(f"{vllm_server.host}:{vllm_server.grpc_port}", "grpc") as c:
-        [out] = list(c.stream("ensemble", {"text_input": np.array([[r["prompt"].encode()]], dtype=object),
-                                           "max_tokens": np.array([[MAX_TOKENS]], np.int32),
-                                           "exclude_input_in_output": np.array([[True]])}))
+        [out] = list(
+            c.stream(
+                "ensemble",
+                {
+                    "text_input": np.array([[r["prompt"].encode()]], dtype=object),
+                    "max_tokens": np.array([[MAX_TOKENS]], np.int32),
+                    "exclude_input_in_output": np.array([[True]]),
+                },
+            )
+        )
     assert out.text == want["text"]
 
 

@@ -25,8 +25,13 @@ def main(model_dir: str, answers_path: str) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import EmbedsPrompt
 
-    llm = LLM(model=model_dir, max_model_len=2048, dtype=os.environ.get("VLLM_REFERENCE_DTYPE", "float32"),
-              enforce_eager=True, enable_prompt_embeds=True)
+    llm = LLM(
+        model=model_dir,
+        max_model_len=2048,
+        dtype=os.environ.get("VLLM_REFERENCE_DTYPE", "float32"),
+        enforce_eager=True,
+        enable_prompt_embeds=True,
+    )
     answers = []
     for r in requests:
         sp = SamplingParams(**{"temperature": 0.0, **r["sampling"]})

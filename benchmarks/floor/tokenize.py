@@ -15,12 +15,16 @@ class TritonPythonModel:
         for request in requests:
             prompt = pb_utils.get_input_tensor_by_name(request, "prompt")
             text = prompt.as_numpy() if prompt is not None else np.array([[b""]], dtype=np.object_)
-            out.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("input_ids", IDS),
-                pb_utils.Tensor("input_lengths", np.array([[IDS.shape[1]]], np.int32)),
-                pb_utils.Tensor("token_offsets", np.zeros((1, 0, 2), np.int32)),
-                pb_utils.Tensor("rendered_prompt", text.reshape(1, 1)),
-                pb_utils.Tensor("input_embeds", np.zeros((1, 0, 0), np.float32)),
-                pb_utils.Tensor("length_limit", np.array([[-1, 0]], np.int32)),  # no context limit
-            ]))
+            out.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("input_ids", IDS),
+                        pb_utils.Tensor("input_lengths", np.array([[IDS.shape[1]]], np.int32)),
+                        pb_utils.Tensor("token_offsets", np.zeros((1, 0, 2), np.int32)),
+                        pb_utils.Tensor("rendered_prompt", text.reshape(1, 1)),
+                        pb_utils.Tensor("input_embeds", np.zeros((1, 0, 0), np.float32)),
+                        pb_utils.Tensor("length_limit", np.array([[-1, 0]], np.int32)),  # no context limit
+                    ]
+                )
+            )
         return out

@@ -79,8 +79,7 @@ class ProcessorCache(Generic[V]):
 
     def stats(self) -> CacheStats:
         with self._lock:
-            return CacheStats(self._hits, self._misses, self._evictions, len(self._data), self._bytes,
-                              self.max_bytes)
+            return CacheStats(self._hits, self._misses, self._evictions, len(self._data), self._bytes, self.max_bytes)
 
     def get(self, key: Hashable) -> V | None:
         """The cached value (counted as a hit, refreshed in LRU order), or None."""

@@ -113,9 +113,7 @@ def _require_token(model_dir: Path, token: str, configured: Any = None) -> int:
 
 def _pos_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise MultiModalProcessorKwargsError(
-            f"mm_processor_kwargs.{name} must be a positive integer, got {value!r}."
-        )
+        raise MultiModalProcessorKwargsError(f"mm_processor_kwargs.{name} must be a positive integer, got {value!r}.")
     return value
 
 
@@ -142,9 +140,14 @@ class ImageFamily:
     def base_settings(self) -> dict[str, Any]:
         """Everything that determines the output for a given image (goes into content hashes)."""
         return {
-            "family": self.name, "do_resize": self.do_resize, "resample": self.resample,
-            "do_rescale": self.do_rescale, "rescale_factor": self.rescale_factor,
-            "do_normalize": self.do_normalize, "image_mean": self.image_mean, "image_std": self.image_std,
+            "family": self.name,
+            "do_resize": self.do_resize,
+            "resample": self.resample,
+            "do_rescale": self.do_rescale,
+            "rescale_factor": self.rescale_factor,
+            "do_normalize": self.do_normalize,
+            "image_mean": self.image_mean,
+            "image_std": self.image_std,
         }
 
     def resolve_kwargs(self, mm_processor_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -189,9 +192,14 @@ class Qwen2VLFamily(ImageFamily):
         self.placeholder_token_id = self.image_pad_id  # vLLM's PromptReplacement target
 
     def base_settings(self) -> dict[str, Any]:
-        return {**super().base_settings(), "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
-                "patch_size": self.patch_size, "temporal_patch_size": self.temporal_patch_size,
-                "merge_size": self.merge_size}
+        return {
+            **super().base_settings(),
+            "min_pixels": self.min_pixels,
+            "max_pixels": self.max_pixels,
+            "patch_size": self.patch_size,
+            "temporal_patch_size": self.temporal_patch_size,
+            "merge_size": self.merge_size,
+        }
 
     def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
         lo, hi = self.min_pixels, self.max_pixels
@@ -222,8 +230,11 @@ class Qwen2VLFamily(ImageFamily):
         if not self.do_resize:
             return height, width
         return smart_resize(
-            height, width, self.patch_size * self.merge_size,
-            kwargs.get("min_pixels", self.min_pixels), kwargs.get("max_pixels", self.max_pixels),
+            height,
+            width,
+            self.patch_size * self.merge_size,
+            kwargs.get("min_pixels", self.min_pixels),
+            kwargs.get("max_pixels", self.max_pixels),
         )
 
     def process(self, img: LoadedImage, kwargs: Mapping[str, Any], device: str = "cpu") -> ProcessedImage:
@@ -240,11 +251,11 @@ class Qwen2VLFamily(ImageFamily):
         else:
             pv = kernels.patchify_qwen_torch(*args, device=device)
         gh, gw = h // self.patch_size, w // self.patch_size
-        n = gh * gw // (self.merge_size ** 2)
+        n = gh * gw // (self.merge_size**2)
         return ProcessedImage(pv, (1, gh, gw), (self.image_pad_id,) * n, 0, _nbytes(pv))
 
     def empty_tensors(self) -> dict[str, np.ndarray]:
-        dim = 3 * self.temporal_patch_size * self.patch_size ** 2
+        dim = 3 * self.temporal_patch_size * self.patch_size**2
         return {"pixel_values": np.zeros((0, dim), np.float32), "image_grid_thw": np.zeros((0, 3), np.int64)}
 
 
@@ -274,8 +285,9 @@ class PixtralFamily(ImageFamily):
     placeholder_text = "[IMG]"
     allowed_kwargs = frozenset({"size", "longest_edge"})
 
-    def __init__(self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any],
-                 processor_config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any], processor_config: Mapping[str, Any]
+    ) -> None:
         super().__init__(pp)
         patch = pp.get("patch_size", (config.get("vision_config") or {}).get("patch_size", 16))
         self.patch_h, self.patch_w = (
@@ -284,15 +296,22 @@ class PixtralFamily(ImageFamily):
         size = pp.get("size") or {"longest_edge": 1024}
         self.longest_edge = int(size.get("longest_edge") or max(size.get("height", 1024), size.get("width", 1024)))
         self.spatial_merge_size = int(processor_config.get("spatial_merge_size", config.get("spatial_merge_size", 1)))
-        self.img_id = _require_token(model_dir, processor_config.get("image_token", "[IMG]"),
-                                     config.get("image_token_index", config.get("image_token_id")))
+        self.img_id = _require_token(
+            model_dir,
+            processor_config.get("image_token", "[IMG]"),
+            config.get("image_token_index", config.get("image_token_id")),
+        )
         self.break_id = _require_token(model_dir, processor_config.get("image_break_token", "[IMG_BREAK]"))
         self.end_id = _require_token(model_dir, processor_config.get("image_end_token", "[IMG_END]"))
         self.placeholder_token_id = self.img_id
 
     def base_settings(self) -> dict[str, Any]:
-        return {**super().base_settings(), "patch": (self.patch_h, self.patch_w),
-                "longest_edge": self.longest_edge, "spatial_merge_size": self.spatial_merge_size}
+        return {
+            **super().base_settings(),
+            "patch": (self.patch_h, self.patch_w),
+            "longest_edge": self.longest_edge,
+            "spatial_merge_size": self.spatial_merge_size,
+        }
 
     def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
         edge = self.longest_edge
@@ -322,8 +341,7 @@ class PixtralFamily(ImageFamily):
 
     def token_grid(self, height: int, width: int) -> tuple[int, int]:
         """(rows, cols) of [IMG] tokens for a resized image (HF's PixtralProcessor)."""
-        return (height // (self.patch_h * self.spatial_merge_size),
-                width // (self.patch_w * self.spatial_merge_size))
+        return (height // (self.patch_h * self.spatial_merge_size), width // (self.patch_w * self.spatial_merge_size))
 
     def tokens_for(self, height: int, width: int) -> tuple[int, ...]:
         rows, cols = self.token_grid(height, width)

@@ -71,9 +71,7 @@ def validate_mm_uuids(
         data_empty = items is None or (isinstance(items, (list, tuple)) and len(items) == 0)
         if m not in uuids or uuids[m] is None:
             if data_empty:
-                raise MultiModalUUIDError(
-                    f"multi_modal_data[{m!r}] is empty but multi_modal_uuids[{m!r}] is missing."
-                )
+                raise MultiModalUUIDError(f"multi_modal_data[{m!r}] is empty but multi_modal_uuids[{m!r}] is missing.")
             seq = items if isinstance(items, (list, tuple)) else [items]
             for i, item in enumerate(seq):
                 if item is None:

@@ -71,8 +71,7 @@ def _normalize_chw_nb(img: np.ndarray, lut: np.ndarray, out: np.ndarray) -> None
 
 
 @_jit
-def _patchify_qwen_nb(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int,
-                      out: np.ndarray) -> None:
+def _patchify_qwen_nb(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int, out: np.ndarray) -> None:
     h, w, c = img.shape
     gh = h // patch
     gw = w // patch
@@ -137,8 +136,7 @@ def normalize_chw_torch(img: np.ndarray, lut: np.ndarray, device: str) -> Any:
     return table.reshape(-1)[(t + offsets).permute(2, 0, 1)].contiguous()
 
 
-def patchify_qwen_torch(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int,
-                        device: str) -> Any:
+def patchify_qwen_torch(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int, device: str) -> Any:
     chw = normalize_chw_torch(img, lut, device)
     c, h, w = chw.shape
     gh, gw = h // patch, w // patch

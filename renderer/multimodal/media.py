@@ -179,7 +179,7 @@ def _decode_data_url(url: str, limits: MediaLimits) -> bytes:
     header, sep, payload = url.partition(",")
     if not sep:
         raise MediaLoadError("Invalid data URL: missing ',' between the header and the data.")
-    media_type, *params = header[len("data:"):].split(";")
+    media_type, *params = header[len("data:") :].split(";")
     if media_type and not media_type.lower().startswith("image/"):
         raise MediaLoadError(f"Invalid data URL: media type {media_type!r} is not an image type.")
     if "base64" not in (p.lower() for p in params):
@@ -199,9 +199,7 @@ def _decode_data_url(url: str, limits: MediaLimits) -> bytes:
 
 def _read_local(path: str, limits: MediaLimits) -> bytes:
     if not limits.allowed_local_dir:
-        raise MediaURLError(
-            "Loading local files is not allowed: no allowed media directory is configured."
-        )
+        raise MediaURLError("Loading local files is not allowed: no allowed media directory is configured.")
     root = Path(limits.allowed_local_dir).resolve()
     p = Path(path)
     candidate = p if p.is_absolute() else root / p

@@ -112,8 +112,15 @@ class MultiModalOutput:
 class MultiModalProcessor:
     """Images for one model family: loading, processing, caching, placeholder expansion."""
 
-    def __init__(self, family: ImageFamily, *, limits: MediaLimits | None = None,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, device: str = "cpu", max_workers: int | None = None) -> None:
+    def __init__(
+        self,
+        family: ImageFamily,
+        *,
+        limits: MediaLimits | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        device: str = "cpu",
+        max_workers: int | None = None,
+    ) -> None:
         if device != "cpu" and not device.startswith("cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
         self.family = family
@@ -127,8 +134,14 @@ class MultiModalProcessor:
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, *, limits: MediaLimits | None = None,
-                       cache_bytes: int = DEFAULT_CACHE_BYTES, device: str = "cpu") -> "MultiModalProcessor":
+    def from_model_dir(
+        cls,
+        model_dir: str | Path,
+        *,
+        limits: MediaLimits | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        device: str = "cpu",
+    ) -> "MultiModalProcessor":
         """The processor a model folder's ``config.json`` / ``preprocessor_config.json`` call for."""
         return cls(load_family(model_dir), limits=limits, cache_bytes=cache_bytes, device=device)
 
@@ -264,8 +277,9 @@ class MultiModalProcessor:
             self._executor.shutdown(wait=False)
             self._executor = None
 
-    def _one(self, i: int, it: MultiModalItem, kwargs: Mapping[str, Any],
-             settings: Mapping[str, Any]) -> tuple[ProcessedImage, str, bool]:
+    def _one(
+        self, i: int, it: MultiModalItem, kwargs: Mapping[str, Any], settings: Mapping[str, Any]
+    ) -> tuple[ProcessedImage, str, bool]:
         fam, device = self.family, self.device
         if it.uuid is not None:
             key = uuid_key(it.uuid, kwargs)

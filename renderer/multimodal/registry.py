@@ -21,7 +21,7 @@ SUPPORTED = ("qwen2_vl", "pixtral")
 
 
 def detect_family(model_dir: str | Path) -> str | None:
-    """"qwen2_vl", "pixtral", or None when the folder is not a supported vision-language model."""
+    """ "qwen2_vl", "pixtral", or None when the folder is not a supported vision-language model."""
     d = Path(model_dir)
     config = read_json_object(d / "config.json")
     model_type = config.get("model_type")

@@ -16,7 +16,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import responses as out
 from .requests import (
-    FrontError, ModelCard, Plan, detokenize_tensors, generation_plan, render_plan, tokenize_plan,
+    FrontError,
+    ModelCard,
+    Plan,
+    detokenize_tensors,
+    generation_plan,
+    render_plan,
+    tokenize_plan,
 )
 from .triton import Ensembles, Piece
 
@@ -90,8 +96,7 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
         res = await ensembles().infer(model, tensors)
         ids = [int(i) for i in res["input_ids"]]
         strs = token_strings(ids) if body.get("return_token_strs") else None
-        return JSONResponse({"count": len(ids), "max_model_len": card.max_model_len, "tokens": ids,
-                             "token_strs": strs})
+        return JSONResponse({"count": len(ids), "max_model_len": card.max_model_len, "tokens": ids, "token_strs": strs})
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> JSONResponse:
@@ -124,8 +129,11 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
             text = "".join(p.text for p in got)
             n_out = sum(len(p.ids) for p in got)
             last = got[-1] if got else Piece("", [], "length", 0)
-            return JSONResponse(out.completion_body(plan.model, rid, card.name, text, last.finish_reason or "length",
-                                                    last.prompt_tokens, n_out))
+            return JSONResponse(
+                out.completion_body(
+                    plan.model, rid, card.name, text, last.finish_reason or "length", last.prompt_tokens, n_out
+                )
+            )
         # The first piece before any byte is sent: a request the ensembles refuse gets its status.
         try:
             first = await pieces.__anext__()
@@ -157,11 +165,17 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
                 if not p.text and not p.finish_reason:
                     continue
                 use = out.usage(prompt_tokens, n_out) if plan.continuous_usage else None
-                yield event(out.chunk_body(kind, rid, card.name, created, text=p.text, finish=p.finish_reason or None,
-                                           usage_=use))
+                yield event(
+                    out.chunk_body(
+                        kind, rid, card.name, created, text=p.text, finish=p.finish_reason or None, usage_=use
+                    )
+                )
             if plan.include_usage:
-                yield event(out.chunk_body(kind, rid, card.name, created, no_choices=True,
-                                           usage_=out.usage(prompt_tokens, n_out)))
+                yield event(
+                    out.chunk_body(
+                        kind, rid, card.name, created, no_choices=True, usage_=out.usage(prompt_tokens, n_out)
+                    )
+                )
         except FrontError as e:
             yield event(out.error_body(e.message, e.status, e.param))
         finally:

@@ -30,12 +30,32 @@ class FrontError(Exception):
 
 
 # Fields that go into the ensembles' sampling_params JSON as they are (vLLM's names).
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "include_stop_str_in_output",
-                   "ignore_eos", "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty",
-                   "skip_special_tokens")
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "ignore_eos",
+    "min_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "skip_special_tokens",
+)
 # chat_params fields (vLLM's request fields that shape the rendered chat).
-CHAT_FIELDS = ("chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "tools",
-               "documents", "media_io_kwargs", "mm_processor_kwargs")
+CHAT_FIELDS = (
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tools",
+    "documents",
+    "media_io_kwargs",
+    "mm_processor_kwargs",
+)
 # What vLLM takes and this server does not do: refused when set to anything but "off".
 UNSUPPORTED = {
     "logprobs": "log probabilities are not returned by this server",
@@ -205,11 +225,11 @@ def completion_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     elif isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
         t["prompt_token_ids"] = np.array([prompt], dtype=np.int32) if prompt else np.zeros((1, 0), np.int32)
     elif isinstance(prompt, list):
-        raise FrontError("This server takes one prompt per request; send the prompts as separate requests.",
-                         param="prompt")
+        raise FrontError(
+            "This server takes one prompt per request; send the prompts as separate requests.", param="prompt"
+        )
     else:
-        raise FrontError("prompt must be a string, a list of token ids, or a list holding one of them.",
-                         param="prompt")
+        raise FrontError("prompt must be a string, a list of token ids, or a list holding one of them.", param="prompt")
     return _with_extras(t, body)
 
 
@@ -246,5 +266,7 @@ def detokenize_tensors(body: Mapping[str, Any], card: ModelCard) -> dict[str, np
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in tokens):
         raise FrontError("tokens must be a list of token ids.", param="tokens")
-    return {"prompt_token_ids": np.array([tokens], dtype=np.int32) if tokens else np.zeros((1, 0), np.int32),
-            "tokenize_params": _json({"needs_detokenization": True, "add_special_tokens": False})}
+    return {
+        "prompt_token_ids": np.array([tokens], dtype=np.int32) if tokens else np.zeros((1, 0), np.int32),
+        "tokenize_params": _json({"needs_detokenization": True, "add_special_tokens": False}),
+    }

@@ -20,26 +20,51 @@ def error_body(message: str, status: int, param: str | None = None) -> dict[str,
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
 
 
-def completion_body(kind: str, rid: str, model: str, text: str, finish: str, prompt_tokens: int,
-                    completion_tokens: int) -> dict[str, Any]:
+def completion_body(
+    kind: str, rid: str, model: str, text: str, finish: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
     """A whole answer: ``chat.completion`` or ``text_completion``."""
     if kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": finish, "stop_reason": None}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": None,
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
-            "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
-def chunk_body(kind: str, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
-               finish: str | None = None, usage_: dict[str, int] | None = None, no_choices: bool = False) -> dict[str, Any]:
+def chunk_body(
+    kind: str,
+    rid: str,
+    model: str,
+    created: int,
+    *,
+    text: str | None = None,
+    role: bool = False,
+    finish: str | None = None,
+    usage_: dict[str, int] | None = None,
+    no_choices: bool = False,
+) -> dict[str, Any]:
     """One server-sent event of a streamed answer."""
     if no_choices:
         choices: list[dict[str, Any]] = []
@@ -50,8 +75,13 @@ def chunk_body(kind: str, rid: str, model: str, created: int, *, text: str | Non
         choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
     else:
         choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]
-    body: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-                            "created": created, "model": model, "choices": choices}
+    body: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+    }
     if usage_ is not None:
         body["usage"] = usage_
     return body
@@ -63,13 +93,15 @@ def sampling_params_body(body: Mapping[str, Any], max_tokens: int | None) -> dic
     sp: dict[str, Any] = {}
     if body.get("n", 1) != 1:
         sp["n"] = body["n"]
-    sp.update({
-        "presence_penalty": float(body.get("presence_penalty") or 0.0),
-        "frequency_penalty": float(body.get("frequency_penalty") or 0.0),
-        "repetition_penalty": float(body.get("repetition_penalty") or 1.0),
-        "temperature": float(body["temperature"]) if body.get("temperature") is not None else 1.0,
-        "top_p": float(body["top_p"]) if body.get("top_p") is not None else 1.0,
-    })
+    sp.update(
+        {
+            "presence_penalty": float(body.get("presence_penalty") or 0.0),
+            "frequency_penalty": float(body.get("frequency_penalty") or 0.0),
+            "repetition_penalty": float(body.get("repetition_penalty") or 1.0),
+            "temperature": float(body["temperature"]) if body.get("temperature") is not None else 1.0,
+            "top_p": float(body["top_p"]) if body.get("top_p") is not None else 1.0,
+        }
+    )
     for k in ("top_k", "seed", "min_tokens"):
         if body.get(k):
             sp[k] = body[k]
@@ -88,24 +120,60 @@ def sampling_params_body(body: Mapping[str, Any], max_tokens: int | None) -> dic
     return sp
 
 
-def render_body(prefix: str, out: Mapping[str, Any], body: Mapping[str, Any], card: ModelCard,
-                max_tokens: int | None) -> dict[str, Any]:
+def render_body(
+    prefix: str, out: Mapping[str, Any], body: Mapping[str, Any], card: ModelCard, max_tokens: int | None
+) -> dict[str, Any]:
     """vLLM's ``GenerateRequest``, what its render endpoints return."""
     ids = [int(i) for i in out["input_ids"]]
-    return {"request_id": request_id(prefix), "token_ids": ids, "token_offsets": None, "features": None,
-            "content_parts": None, "sampling_params": sampling_params_body(body, max_tokens),
-            "model": body.get("model") or card.name, "reasoning_ended": None, "reasoning_parser_kwargs": None,
-            "return_token_ids": None, "output_mode": "tokens", "stream": False, "stream_options": None,
-            "cache_salt": body.get("cache_salt"), "priority": 0, "kv_transfer_params": None,
-            "ec_transfer_params": None}
+    return {
+        "request_id": request_id(prefix),
+        "token_ids": ids,
+        "token_offsets": None,
+        "features": None,
+        "content_parts": None,
+        "sampling_params": sampling_params_body(body, max_tokens),
+        "model": body.get("model") or card.name,
+        "reasoning_ended": None,
+        "reasoning_parser_kwargs": None,
+        "return_token_ids": None,
+        "output_mode": "tokens",
+        "stream": False,
+        "stream_options": None,
+        "cache_salt": body.get("cache_salt"),
+        "priority": 0,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+    }
 
 
 def models_body(card: ModelCard, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [{
-        "id": card.name, "object": "model", "created": created, "owned_by": "vllm", "root": card.name,
-        "parent": None, "max_model_len": card.max_model_len,
-        "permission": [{"id": request_id("modelperm"), "object": "model_permission", "created": created,
-                        "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": False,
-                        "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                        "organization": "*", "group": None, "is_blocking": False}],
-    }]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": card.name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": card.name,
+                "parent": None,
+                "max_model_len": card.max_model_len,
+                "permission": [
+                    {
+                        "id": request_id("modelperm"),
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": False,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+        ],
+    }

@@ -21,8 +21,11 @@ from .requests import FrontError
 
 STREAM_HEADERS = {"triton_grpc_error": "true"}
 POST_PROCESSOR = "detokenize"  # the step of the chat and completion ensembles that drives the engine
-CLIENT_ERRORS = {"StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST, "StatusCode.NOT_FOUND": HTTPStatus.NOT_FOUND,
-                 "StatusCode.UNIMPLEMENTED": HTTPStatus.NOT_IMPLEMENTED}
+CLIENT_ERRORS = {
+    "StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST,
+    "StatusCode.NOT_FOUND": HTTPStatus.NOT_FOUND,
+    "StatusCode.UNIMPLEMENTED": HTTPStatus.NOT_IMPLEMENTED,
+}
 
 
 @dataclass(frozen=True)
@@ -123,9 +126,12 @@ class Ensembles:
                     ids = result.as_numpy("output_ids")
                     finish = result.as_numpy("finish_reason")
                     n = result.as_numpy("input_lengths")
-                    yield Piece(text.reshape(-1)[0].decode(), [] if ids is None else ids.reshape(-1).tolist(),
-                                "" if finish is None else finish.reshape(-1)[0].decode(),
-                                0 if n is None else int(n.reshape(-1)[0]))
+                    yield Piece(
+                        text.reshape(-1)[0].decode(),
+                        [] if ids is None else ids.reshape(-1).tolist(),
+                        "" if finish is None else finish.reshape(-1)[0].decode(),
+                        0 if n is None else int(n.reshape(-1)[0]),
+                    )
                 if result.get_response().parameters["triton_final_response"].bool_param:
                     finished = True
                     return
@@ -140,8 +146,12 @@ class Ensembles:
                 task.add_done_callback(self._stopping.discard)
 
     async def _stop(self, rid: str) -> None:
-        tensors = {"stop": np.array([[True]]), "input_ids": np.zeros((1, 1), np.int32),
-                   "input_lengths": np.ones((1, 1), np.int32), "request_output_len": np.ones((1, 1), np.int32)}
+        tensors = {
+            "stop": np.array([[True]]),
+            "input_ids": np.zeros((1, 1), np.int32),
+            "input_lengths": np.ones((1, 1), np.int32),
+            "request_output_len": np.ones((1, 1), np.int32),
+        }
         inputs = self._inputs(tensors)
 
         async def requests() -> AsyncIterator[dict[str, Any]]:

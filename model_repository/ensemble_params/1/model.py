@@ -18,8 +18,9 @@ class TritonPythonModel:
 
     def _one(self, request: Any) -> Any:
         front = parse_front_request(lambda name: io.get(request, name))
-        tensors = self.resolver.tensors(front.sampling, front.max_tokens, end_id=front.end_id,
-                                        pad_id=front.pad_id, bad_words=front.bad_words)
+        tensors = self.resolver.tensors(
+            front.sampling, front.max_tokens, end_id=front.end_id, pad_id=front.pad_id, bad_words=front.bad_words
+        )
         tensors["streaming"] = np.array([front.stream], np.bool_)
         tensors["exclude_input_in_output"] = np.array([front.exclude_input_in_output], np.bool_)
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))

@@ -17,8 +17,11 @@ class TritonPythonModel:
         self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
 
     def _one(self, request: Any) -> Any:
-        req = GenerationRequest.from_fields(io.get_scalar(request, "max_tokens"), io.get_json(request, "sampling_params"),
-                                            io.get_scalar(request, "stream", bool))
+        req = GenerationRequest.from_fields(
+            io.get_scalar(request, "max_tokens"),
+            io.get_json(request, "sampling_params"),
+            io.get_scalar(request, "stream", bool),
+        )
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(req.tensors(self.resolver)))
 
     def execute(self, requests: list) -> list:

@@ -23,16 +23,23 @@ from serving import triton_io as io
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        limits = MediaLimits(allowed_local_dir=p.get("media_dir") or None,
-                             allowed_hosts=tuple(h.strip() for h in p.get("media_hosts", "").split(",") if h.strip()))
+        limits = MediaLimits(
+            allowed_local_dir=p.get("media_dir") or None,
+            allowed_hosts=tuple(h.strip() for h in p.get("media_hosts", "").split(",") if h.strip()),
+        )
         self.processor = MultiModalProcessor.from_model_dir(
-            p["model_dir"], limits=limits, cache_bytes=int(p["cache_bytes"]), device=p.get("device", "cpu"))
+            p["model_dir"], limits=limits, cache_bytes=int(p["cache_bytes"]), device=p.get("device", "cpu")
+        )
         self.processor.warmup()  # compiles the numba kernels before the first request
         self.image_tensors = image_tensors(self.processor.family.name)
         # The families must outlive their metrics: keep both.
         kind = pb_utils.MetricFamily.COUNTER
-        self.hits_family = pb_utils.MetricFamily(name="mm_cache_hits_total", description="Multimodal processor cache hits", kind=kind)
-        self.misses_family = pb_utils.MetricFamily(name="mm_cache_misses_total", description="Multimodal processor cache misses", kind=kind)
+        self.hits_family = pb_utils.MetricFamily(
+            name="mm_cache_hits_total", description="Multimodal processor cache hits", kind=kind
+        )
+        self.misses_family = pb_utils.MetricFamily(
+            name="mm_cache_misses_total", description="Multimodal processor cache misses", kind=kind
+        )
         self.hits = self.hits_family.Metric(labels={"model": "mm_process"})
         self.misses = self.misses_family.Metric(labels={"model": "mm_process"})
 
@@ -43,8 +50,13 @@ class TritonPythonModel:
         # The limit tokenize resolved for this request (MAX_MODEL_LEN, tokenize_params, max_tokens).
         limit = LengthLimit.from_values(io.get_ids(request, "length_limit") or [])
         out, offsets = self.processor.process_tokenized(
-            io.get_ids(request, "input_ids"), io.get(request, "token_offsets"), items, limit,
-            kwargs.mm_processor_kwargs, kwargs.media_io_kwargs)
+            io.get_ids(request, "input_ids"),
+            io.get(request, "token_offsets"),
+            items,
+            limit,
+            kwargs.mm_processor_kwargs,
+            kwargs.media_io_kwargs,
+        )
         self.hits.increment(out.cache_hits)
         self.misses.increment(len(items) - out.cache_hits)
         tensors = [
@@ -63,4 +75,3 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.processor.close()
-

@@ -15,22 +15,26 @@ from serving import triton_io as io
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        self.renderer = Renderer.from_config(RendererConfig(
-            model_dir=p["model_dir"],
-            max_model_len=int(p.get("max_model_len") or 0),
-            enable_prompt_embeds=io.flag(p, "enable_prompt_embeds"),
-            tokenizer_backend=p.get("tokenizer_backend") or "auto",
-        ))
+        self.renderer = Renderer.from_config(
+            RendererConfig(
+                model_dir=p["model_dir"],
+                max_model_len=int(p.get("max_model_len") or 0),
+                enable_prompt_embeds=io.flag(p, "enable_prompt_embeds"),
+                tokenizer_backend=p.get("tokenizer_backend") or "auto",
+            )
+        )
         backend = self.renderer.tokenizer.backend
         pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
 
     def _parse(self, request: Any) -> Any:
-        prompt = self.renderer.render_prompt(completion_prompt(
-            text=io.get_bytes(request, "prompt"),
-            token_ids=io.get_ids(request, "prompt_token_ids"),
-            embeds=io.get_bytes(request, "prompt_embeds"),
-            cache_salt=io.get_bytes(request, "cache_salt"),
-        ))
+        prompt = self.renderer.render_prompt(
+            completion_prompt(
+                text=io.get_bytes(request, "prompt"),
+                token_ids=io.get_ids(request, "prompt_token_ids"),
+                embeds=io.get_bytes(request, "prompt_embeds"),
+                cache_salt=io.get_bytes(request, "cache_salt"),
+            )
+        )
         params = self.renderer.request_params(
             io.get_json(request, "tokenize_params"),
             chat=bool(io.get_scalar(request, "chat_template_applied", bool)),
@@ -50,14 +54,15 @@ class TritonPythonModel:
         offsets = np.asarray(res.token_offsets or [], dtype=np.int32).reshape(-1, 2)
         # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
         # model dtype, so the llm sees exactly what vLLM would.
-        embeds = (res.prompt_embeds.float().numpy() if res.prompt_embeds is not None
-                  else np.zeros((0, 0), np.float32))
+        embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else np.zeros((0, 0), np.float32)
         n_tokens = len(embeds) if res.prompt_embeds is not None else len(ids)
-        return pb_utils.InferenceResponse(output_tensors=[
-            io.tensor("input_ids", ids, np.int32),
-            io.tensor("input_lengths", [n_tokens], np.int32),
-            io.tensor("token_offsets", offsets, np.int32),
-            io.bytes_tensor("rendered_prompt", [res.prompt or ""]),
-            io.tensor("input_embeds", embeds, np.float32),
-            io.tensor("length_limit", params.length_limit.values(), np.int32),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                io.tensor("input_ids", ids, np.int32),
+                io.tensor("input_lengths", [n_tokens], np.int32),
+                io.tensor("token_offsets", offsets, np.int32),
+                io.bytes_tensor("rendered_prompt", [res.prompt or ""]),
+                io.tensor("input_embeds", embeds, np.float32),
+                io.tensor("length_limit", params.length_limit.values(), np.int32),
+            ]
+        )

@@ -15,8 +15,10 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
         self.renderer = EncoderDecoderRenderer.from_model_dir(
-            p["model_dir"], max_model_len=int(p.get("max_model_len") or 0),
-            tokenizer_backend=p.get("tokenizer_backend") or "auto")
+            p["model_dir"],
+            max_model_len=int(p.get("max_model_len") or 0),
+            tokenizer_backend=p.get("tokenizer_backend") or "auto",
+        )
         pb_utils.Logger.log_info(f"tokenize_enc_dec: context length {self.renderer.renderer.info.max_model_len}")
 
     def _parse(self, request: Any) -> Any:
@@ -28,7 +30,8 @@ class TritonPythonModel:
             cache_salt=io.get_bytes(request, "cache_salt"),
         )
         params = self.renderer.renderer.request_params(
-            io.get_json(request, "tokenize_params"), max_output_tokens=io.get_scalar(request, "max_tokens"))
+            io.get_json(request, "tokenize_params"), max_output_tokens=io.get_scalar(request, "max_tokens")
+        )
         return prompt, params
 
     def execute(self, requests: list) -> list:
@@ -40,9 +43,11 @@ class TritonPythonModel:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize_enc_dec")
         enc, dec = res.encoder.prompt_token_ids, res.decoder_prompt_token_ids
-        return pb_utils.InferenceResponse(output_tensors=[
-            io.tensor("encoder_input_ids", np.asarray(enc, np.int32), np.int32),
-            io.tensor("encoder_input_lengths", [len(enc)], np.int32),
-            io.tensor("decoder_input_ids", np.asarray(dec, np.int32), np.int32),
-            io.tensor("decoder_input_lengths", [len(dec)], np.int32),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                io.tensor("encoder_input_ids", np.asarray(enc, np.int32), np.int32),
+                io.tensor("encoder_input_lengths", [len(enc)], np.int32),
+                io.tensor("decoder_input_ids", np.asarray(dec, np.int32), np.int32),
+                io.tensor("decoder_input_lengths", [len(dec)], np.int32),
+            ]
+        )
