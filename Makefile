@@ -43,8 +43,17 @@ status:
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
 # the tests drive (perf_analyzer, genai-perf) are installed first.
-test: model perf-analyzer genai-perf
+test: lint model perf-analyzer genai-perf
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+# ruff's lint rules and format check (pyproject.toml); `make format` applies the layout.
+.PHONY: lint format
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
 
 unit: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not live" $(PYTEST_ARGS)

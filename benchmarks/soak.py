@@ -57,7 +57,7 @@ INVALID = [
     ("render_completion", {"prompt": None, "tokenize_params": '{"truncate_prompt_tokens": "x"}'}),
     ("render_completion", {"prompt_token_ids": [1, -5]}),
     ("render_completion", {"prompt": "x", "tokenize_params": "{not json"}),
-    ("render_chat", {"messages": '[{"role": "robot", "content": "x"}]'}),
+    ("render_chat", {"messages": '[{"role": "user", "content": null}]'}),
     (
         "render_chat",
         {

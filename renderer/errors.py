@@ -108,10 +108,6 @@ class InvalidMessagesError(ChatError):
     """``messages`` is not a non-empty list of well-formed OpenAI chat messages."""
 
 
-class UnknownRoleError(InvalidMessagesError):
-    """A message has a role the chat API does not define."""
-
-
 class ContentPartError(InvalidMessagesError):
     """A content part is missing its type, has an unsupported type or malformed fields."""
 
@@ -126,10 +122,6 @@ class MultiModalPlaceholderError(InvalidMessagesError):
 
 class GenerationPromptConflictError(InvalidParamsError):
     """``continue_final_message`` and ``add_generation_prompt`` both True."""
-
-
-class UnexpectedChatTemplateKwargsError(InvalidParamsError):
-    """``chat_template_kwargs`` tries to set ``chat_template`` or ``tokenize`` (vLLM refuses them)."""
 
 
 class ChatTemplateError(ChatError):

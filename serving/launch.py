@@ -105,6 +105,9 @@ class Settings:
     """``KIND_GPU`` / ``KIND_CPU`` for ``mm_process``; auto picks GPU when one is visible."""
     enable_prompt_embeds: bool = False
     """vLLM's ``--enable-prompt-embeds``."""
+    trust_request_chat_template: bool = False
+    """vLLM's ``--trust-request-chat-template``: off, a chat template sent with a request (or in its
+    ``chat_template_kwargs``) is refused with vLLM's message; on, it renders in the sandbox."""
     max_model_len: int = 0
     """Context length; 0 takes the model config's. It bounds ``tokenize`` (and ``mm_process``,
     through the limit ``tokenize`` hands on) and ``tokenize_enc_dec``, capped there at the
@@ -225,9 +228,10 @@ class Settings:
 def gpu_visible() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
-    return shutil.which("nvidia-smi") is not None and subprocess.run(
-        ["nvidia-smi", "-L"], capture_output=True
-    ).returncode == 0
+    return (
+        shutil.which("nvidia-smi") is not None
+        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )
 
 
 def model_family(s: Settings) -> str | None:
@@ -259,6 +263,7 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
         "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
+        "trust_request_chat_template": "true" if s.trust_request_chat_template else "false",
         "max_model_len": str(s.max_model_len),
         "tokenizer_backend": s.tokenizer_backend,
         "mm_cache_bytes": str(s.mm_cache_bytes),
@@ -277,13 +282,20 @@ def family_vars(family: str | None) -> dict[str, str]:
     specs = image_tensors(family) if family else ()
     engine = engine_image_inputs(family) if family else ()
     # The engine's and the post-processor's extra inputs (appended to their TensorRT-LLM list).
-    engine_inputs = "".join(
-        f',\n  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] '
-        "optional: true allow_ragged_batch: true }" for t in (*specs, *ITEM_TENSOR_SPECS)) if family else ""
+    engine_inputs = (
+        "".join(
+            f',\n  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] '
+            "optional: true allow_ragged_batch: true }"
+            for t in (*specs, *ITEM_TENSOR_SPECS)
+        )
+        if family
+        else ""
+    )
     return {
         "family": family or "",
         "image_outputs": ",\n".join(
-            f'  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] }}' for t in specs),
+            f'  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] }}' for t in specs
+        ),
         "image_step_outputs": "\n".join(f'      output_map {{ key: "{t.name}" value: "{t.name}" }}' for t in specs),
         "engine_image_step_outputs": "\n".join(f'      output_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
         "engine_image_step_inputs": "\n".join(f'      input_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
@@ -338,8 +350,12 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
 
 # Models that a BLS call reaches, which loading an ensemble does not load by itself.
 BLS_CALLEES = {"detokenize": "engine", "detokenize_enc_dec": "llm_enc_dec"}
-GENERATION_ENSEMBLES = {"completion": "detokenize", "chat": "detokenize", "ensemble": "detokenize",
-                        "encoder_decoder_completion": "detokenize_enc_dec"}
+GENERATION_ENSEMBLES = {
+    "completion": "detokenize",
+    "chat": "detokenize",
+    "ensemble": "detokenize",
+    "encoder_decoder_completion": "detokenize_enc_dec",
+}
 
 
 def models_to_load(s: Settings) -> list[str]:
@@ -428,8 +444,10 @@ def server_command(s: Settings, watchdog_token: str, binary: str | Path | None =
     # holds the token the repository API asks for. Loading an ensemble loads its steps.
     cmd.append("--model-control-mode=explicit")
     cmd += [f"--load-model={m}" for m in models_to_load(s)]
-    cmd += [f"--http-restricted-api=model-repository:{TOKEN_HEADER}={watchdog_token}",
-            f"--grpc-restricted-protocol=model-repository:{TOKEN_HEADER}={watchdog_token}"]
+    cmd += [
+        f"--http-restricted-api=model-repository:{TOKEN_HEADER}={watchdog_token}",
+        f"--grpc-restricted-protocol=model-repository:{TOKEN_HEADER}={watchdog_token}",
+    ]
     if not gpu_visible():
         cmd += [
             "--pinned-memory-pool-byte-size=0",
@@ -456,8 +474,10 @@ def prepare(s: Settings) -> None:
     if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "activate").exists():
         raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
     if s.llm_engine == "vllm" and model_family(s) is not None:
-        raise SystemExit("LLM_ENGINE=vllm serves text models here: images through vLLM's engine are not wired "
-                         "(docs/ENGINES.md says why); use the stand-in for the image path")
+        raise SystemExit(
+            "LLM_ENGINE=vllm serves text models here: images through vLLM's engine are not wired "
+            "(docs/ENGINES.md says why); use the stand-in for the image path"
+        )
     if not s.encoder_decoder_model_dir:
         # The tiny BART borrows the default model's tokenizer.
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
@@ -530,8 +550,13 @@ def start(s: Settings) -> int:
     prepare(s)
     s.build.mkdir(parents=True, exist_ok=True)
     s.settings_file.write_text(s.to_json())
-    cmd = [sys.executable, "-m", "serving.supervisor", f"--tritonserver={tritonserver_binary()}",
-           f"--settings={s.settings_file}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "serving.supervisor",
+        f"--tritonserver={tritonserver_binary()}",
+        f"--settings={s.settings_file}",
+    ]
     with open(s.supervisor_log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT))
     # Written here too, not only by the supervisor: a `stop` right after this must find it.
@@ -615,7 +640,11 @@ def start_watchdog(s: Settings, server_pid: int, token: str) -> subprocess.Popen
     with open(s.build / "watchdog.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "serving.watchdog", "--server-pid", str(server_pid), "--http-url", s.http_url],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(ROOT),
         )
 
 
@@ -624,14 +653,29 @@ def start_front(s: Settings, follow_pid: int) -> subprocess.Popen | None:
     0. It exits with ``follow_pid``: the supervisor, so it outlives a server restart."""
     if not s.openai_port:
         return None
-    cmd = [sys.executable, "-m", "serving.openai_front", "--host", s.host, "--port", str(s.openai_port),
-           "--triton", f"{s.host}:{s.grpc_port}", "--model-dir", str(s.resolved_model_dir),
-           "--max-model-len", str(s.max_model_len), "--server-pid", str(follow_pid)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "serving.openai_front",
+        "--host",
+        s.host,
+        "--port",
+        str(s.openai_port),
+        "--triton",
+        f"{s.host}:{s.grpc_port}",
+        "--model-dir",
+        str(s.resolved_model_dir),
+        "--max-model-len",
+        str(s.max_model_len),
+        "--server-pid",
+        str(follow_pid),
+    ]
     if s.served_model_name:
         cmd += ["--served-model-name", s.served_model_name]
     with open(s.build / "openai_front.log", "ab") as log:
-        proc = subprocess.Popen(cmd, env=server_env(), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=str(ROOT))
+        proc = subprocess.Popen(
+            cmd, env=server_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT)
+        )
     s.front_pid_file.write_text(str(proc.pid))
     print(f"OpenAI-compatible front on http://{s.host}:{s.openai_port}/v1", flush=True)
     return proc

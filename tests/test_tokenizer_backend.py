@@ -28,7 +28,7 @@ NAMES = ("smollm2", "qwen3", "mistral")
 def tokenizer_dirs(model_dir) -> dict[str, Path]:
     from serving.reference_tokenizers import build
 
-    return {"smollm2": model_dir, **build(ROOT / "build" / "tokenizers")}
+    return {"smollm2": model_dir, **build(ROOT / "build" / "models" / "tokenizers")}
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,11 @@
 """transformers' ``apply_chat_template(..., tokenize=False)``, re-done in the bounded sandbox.
 
-Same inputs to the template, in the same order: messages with null-valued keys dropped and the
-reasoning fields aliased (``thinking``/``reasoning_content``), ``tools``, ``documents``,
-``add_generation_prompt``, the special tokens, then the request's template kwargs. Same
-``continue_final_message`` trick: a tag is appended to the final message's text, the template is
-rendered, and the text is cut at the tag. Same errors, as named ``RenderError`` types.
+The transformers vLLM 0.32 runs with (``transformers<5.20``): the messages exactly as parsed (no
+keys dropped, no reasoning aliases added), ``tools``, ``documents``, ``add_generation_prompt``, the
+special tokens, then the request's template kwargs. Same ``continue_final_message`` trick: a tag is
+appended to the final message's text, the template is rendered, and the text is cut at the tag.
+Same errors, as named ``RenderError`` types; an error the template raises carries the template's
+own message, as vLLM passes it on.
 """
 
 from __future__ import annotations
@@ -22,24 +23,45 @@ from ..errors import (
     ChatTemplateSecurityError,
     ChatTemplateSyntaxError,
     ContinueFinalMessageError,
+    InvalidMessagesError,
     InvalidParamsError,
     RenderError,
 )
-from .params import HF_CONFLICT_MESSAGE, UNEXPECTED_KWARGS
+from .params import HF_CONFLICT_MESSAGE, TEMPLATE_CHOICE_KWARGS
 from .sandbox import TemplateLimits, compile_template, parse_template, render_text
 
-# Parameters of transformers 5's ``apply_chat_template``: vLLM lets them through the kwargs filter
-# even when the template does not use them. Only tools, documents, add_generation_prompt and
-# continue_final_message mean anything when rendering text; the rest steer tokenization.
-HF_APPLY_PARAMS = frozenset({
-    "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
-    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
-    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
-})
-
-# Names a message's reasoning is passed under; templates read the first.
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# Parameters of transformers' ``apply_chat_template`` (5.19, vLLM 0.32's): vLLM lets them through
+# the kwargs filter even when the template does not use them. Only tools, documents,
+# add_generation_prompt and continue_final_message mean anything when rendering text; the rest
+# steer tokenization, except the two that collide with what the renderer passes itself.
+HF_APPLY_PARAMS = frozenset(
+    {
+        "self",
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+EMPTY_CONVERSATION_MESSAGE = "Cannot apply chat template to an empty conversation. Provide at least one message."
+# Kwargs that pass vLLM's filter but collide with what vLLM passes itself: Python refuses the call,
+# and vLLM answers with Python's words (naming its own functions).
+COLLIDING_KWARGS = {
+    "self": "maybe_make_thread_pool.<locals>.TokenizerPool.apply_chat_template() got multiple values "
+    "for argument 'self'",
+    "messages": "jinja2.environment.Template.render() got multiple values for keyword argument 'messages'",
+}
 
 
 @lru_cache(maxsize=64)
@@ -47,13 +69,16 @@ def template_variables(chat_template: str) -> frozenset[str]:
     """Variables the template reads from its context."""
     try:
         return frozenset(jinja2.meta.find_undeclared_variables(parse_template(chat_template)))
-    except jinja2.TemplateSyntaxError as e:  # an unknown filter or test fails this analysis
-        raise ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})") from None
+    except jinja2.TemplateSyntaxError as e:
+        # An unknown filter or test fails this analysis; vLLM answers with jinja's text, which
+        # names the analysis ("<introspection>") as the file.
+        raise ChatTemplateSyntaxError(str(e)) from None
 
 
 def resolve_template_kwargs(chat_template: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep the kwargs the template uses or transformers accepts (vLLM's filter)."""
-    accept = (template_variables(chat_template) | HF_APPLY_PARAMS) - UNEXPECTED_KWARGS
+    """Keep the kwargs the template uses or transformers accepts (vLLM's filter). ``chat_template``
+    and ``tokenize`` never reach the template: the renderer has consumed them."""
+    accept = (template_variables(chat_template) | HF_APPLY_PARAMS) - TEMPLATE_CHOICE_KWARGS
     return {k: v for k, v in kwargs.items() if k in accept}
 
 
@@ -69,34 +94,44 @@ def apply_chat_template(
     """Render ``conversation`` with ``chat_template`` exactly as transformers would.
 
     ``template_kwargs`` are the resolved kwargs: ``add_generation_prompt``,
-    ``continue_final_message``, ``documents`` and ``tools`` are taken out as transformers takes
-    its parameters; its other parameters are dropped; everything else becomes a template variable.
+    ``continue_final_message`` and ``documents`` are taken out as transformers takes its
+    parameters; its other parameters are dropped; everything else becomes a template variable.
     """
     kwargs = dict(template_kwargs)
+    for name, message in COLLIDING_KWARGS.items():
+        if name in kwargs:
+            raise InvalidParamsError(message)
     add_generation_prompt = bool(kwargs.pop("add_generation_prompt", False))
     continue_final = kwargs.pop("continue_final_message", False)
     documents = kwargs.pop("documents", None)
-    kw_tools = kwargs.pop("tools", None)
-    if tools is None:
-        tools = kw_tools
+    if kwargs.get("return_assistant_tokens_mask"):
+        # vLLM renders with return_dict=False, which transformers refuses alongside this.
+        raise InvalidParamsError("`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`")
     for name in HF_APPLY_PARAMS:
         kwargs.pop(name, None)
-    if "messages" in kwargs:
-        raise InvalidParamsError("chat_template_kwargs cannot set 'messages': it is the conversation itself.")
+    if not conversation:
+        raise InvalidMessagesError(EMPTY_CONVERSATION_MESSAGE)
     if continue_final and add_generation_prompt:
         raise ContinueFinalMessageError(HF_CONFLICT_MESSAGE)
-    if documents is not None and not all(isinstance(d, dict) for d in documents):
-        raise InvalidParamsError("Documents should be a list of dicts with 'title' and 'text' keys!")
+    if documents is not None:
+        _check_documents(documents)
 
-    chat = _alias_reasoning([{k: v for k, v in m.items() if v is not None} for m in conversation])
+    chat = conversation
     final_text: str | None = None
     if continue_final:
-        chat, final_text = _tag_final_message(chat, chat_template, continue_final)
+        try:
+            chat, final_text = _tag_final_message(copy.deepcopy(chat), chat_template, continue_final)
+        except TypeError as e:  # a final text that is not a string: vLLM answers with Python's words
+            raise ContinueFinalMessageError(str(e)) from None
 
     template = compile_template(chat_template)
     context = {
-        "messages": chat, "tools": copy.deepcopy(tools), "documents": copy.deepcopy(documents),
-        "add_generation_prompt": add_generation_prompt, **special_tokens, **copy.deepcopy(kwargs),
+        "messages": chat,
+        "tools": copy.deepcopy(tools),
+        "documents": copy.deepcopy(documents),
+        "add_generation_prompt": add_generation_prompt,
+        **special_tokens,
+        **copy.deepcopy(kwargs),
     }
     text = _render(template, context, limits)
     if final_text is not None:
@@ -104,7 +139,20 @@ def apply_chat_template(
     return text
 
 
+def _check_documents(documents: Any) -> None:
+    """transformers' check (documents from the kwargs arrive unvalidated); a non-iterable fails
+    with Python's words, as in vLLM."""
+    try:
+        items = iter(documents)
+    except TypeError as e:
+        raise InvalidParamsError(str(e)) from None
+    if not all(isinstance(d, dict) for d in items):
+        raise InvalidParamsError("Documents should be a list of dicts with 'title' and 'text' keys!")
+
+
 def _render(template: jinja2.Template, context: dict[str, Any], limits: TemplateLimits) -> str:
+    # vLLM answers a template that fails with the template's own message (the jinja error's text,
+    # or the Python error's) and nothing else.
     try:
         return render_text(template, context, limits)
     except RenderError:
@@ -112,45 +160,31 @@ def _render(template: jinja2.Template, context: dict[str, Any], limits: Template
     except jinja2.exceptions.SecurityError as e:
         raise ChatTemplateSecurityError(str(e)) from None
     except jinja2.exceptions.TemplateError as e:
-        # raise_exception() lands here; its message is the template's own, passed on verbatim.
         raise ChatTemplateRenderError(str(e)) from None
     except RecursionError:
         raise ChatTemplateLimitError("Chat template recursion is too deep.") from None
     except MemoryError:
         raise ChatTemplateLimitError("Chat template ran out of memory.") from None
     except Exception as e:  # noqa: BLE001 (the template's own Python errors: TypeError, KeyError, ...)
-        raise ChatTemplateRenderError(f"{type(e).__name__}: {e}") from None
+        raise ChatTemplateRenderError(str(e)) from None
 
 
-def _alias_reasoning(chat: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for message in chat:
-        reasoning = next((message[k] for k in REASONING_FIELDS if message.get(k) is not None), None)
-        if reasoning is not None:
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-        out.append(message)
-    return out
-
-
-def _tag_final_message(chat: list[dict[str, Any]], chat_template: str,
-                       field: bool | str) -> tuple[list[dict[str, Any]], str]:
-    """Append the continue tag to the final message's text (a copy); returns (chat, final text)."""
-    if not chat:
-        raise ContinueFinalMessageError("continue_final_message is set but the conversation is empty!")
+def _tag_final_message(
+    chat: list[dict[str, Any]], chat_template: str, field: bool | str
+) -> tuple[list[dict[str, Any]], str]:
+    """Append the continue tag to the final message's text (``chat`` is a copy); returns
+    (chat, final text)."""
     key = field if isinstance(field, str) else "content"
     final = chat[-1].get(key)
     if final is None:
         raise ContinueFinalMessageError(
             f'continue_final_message is set but the final message has no "{key}" to continue!'
         )
-    fields = [key]
-    if key in REASONING_FIELDS:
-        fields = [f for f in REASONING_FIELDS if chat[-1].get(f) == final]
-    if not any(f in chat_template for f in fields):
+    if key not in chat_template:
         raise ContinueFinalMessageError(
             f'continue_final_message is set to "{key}" but this is not an accepted field in the chat_template'
         )
-    last = copy.deepcopy(chat[-1])
+    last = chat[-1]
     if isinstance(final, (list, tuple)):
         for block in reversed(last[key]):
             if "text" in block:
@@ -162,9 +196,8 @@ def _tag_final_message(chat: list[dict[str, Any]], chat_template: str,
                 "continue_final_message is set but we could not find any text to continue in the final message!"
             )
     else:
-        for f in fields:
-            last[f] = last[f] + CONTINUE_TAG
-    return [*chat[:-1], last], final
+        last[key] = last[key] + CONTINUE_TAG
+    return chat, final
 
 
 def _cut_at_tag(text: str, final: str) -> str:
@@ -178,7 +211,7 @@ def _cut_at_tag(text: str, final: str) -> str:
             f"Final message to continue: {final.strip()}\nRendered chat:\n{text}"
         )
     at = text.rindex(tag)
-    if text[at: at + len(CONTINUE_TAG)] == CONTINUE_TAG:
+    if text[at : at + len(CONTINUE_TAG)] == CONTINUE_TAG:
         return text[:at]
     # The template trimmed the message's trailing space: cut more cautiously.
     return text[:at].rstrip()

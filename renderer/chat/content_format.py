@@ -28,7 +28,7 @@ def resolve_content_format(given: str, chat_template: str) -> str:
 
 @lru_cache(maxsize=64)
 def detect_content_format(chat_template: str) -> str:
-    """"openai" if the template loops over message content parts, else "string"."""
+    """ "openai" if the template loops over message content parts, else "string"."""
     try:
         ast = parse_template(chat_template)
     except ChatTemplateError:
@@ -77,9 +77,7 @@ def _aliases(root: nodes.Node, name: str) -> Iterator[str]:
 
 def _loop_targets(root: nodes.Node, names: list[str], key: str | None) -> Iterator[str]:
     for loop in root.find_all(nodes.For):
-        if isinstance(loop.target, nodes.Name) and any(
-            _is_var_or_elems(loop.iter, n, key) for n in names
-        ):
+        if isinstance(loop.target, nodes.Name) and any(_is_var_or_elems(loop.iter, n, key) for n in names):
             yield loop.target.name
 
 

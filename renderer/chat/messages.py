@@ -1,52 +1,113 @@
-"""OpenAI chat messages to the conversation a chat template sees, as vLLM parses them.
+"""Validated chat messages to the conversation a chat template sees, as vLLM parses them.
 
-* ``content`` may be a string, ``null`` or a list of parts; a part is a string or an object with a
-  ``type``: ``text`` (also ``input_text``/``output_text``), ``refusal``, ``image_url`` (a data URL,
-  optional ``uuid``) or ``image_embeds``. A part without ``type`` is typed by its media key.
-* Content format "openai" keeps a list of parts: text parts become ``{"type": "text", "text": ...}``
-  and every image part becomes ``{"type": "image"}`` (unknown extra keys of a part are kept).
-  Format "string" joins the text parts with "\\n" (``null`` content becomes ""); media parts add
-  nothing unless the renderer is given a model placeholder string, which vLLM prepends once per
-  item the text does not already contain.
-* Images are not decoded here: each is collected, in order, as a ``MultiModalItem`` for the
-  multimodal stage.
-* Assistant ``tool_calls`` are checked and their ``arguments`` turned into a dict (a JSON string is
-  parsed; invalid JSON or a non-object becomes ``{}``, as vLLM does so that a bad turn in the
-  history cannot fail every later request); an empty list is dropped. ``reasoning`` is passed on
-  as ``reasoning`` and ``reasoning_content``. Tool messages keep ``tool_call_id``; their list
-  content becomes one string.
+Input: the messages ``validate_chat_request`` returns (vLLM's request model already refused what it
+refuses and rebuilt each message). Per message:
+
+* ``content`` ``null`` is no parts, a string is one text part; a system message loses a leading
+  Claude Code billing-header line. Parts are read in order (a lazily validated list fails here with
+  pydantic's text). A string part is text; an object is typed by its ``type`` (or, without one or
+  with a ``uuid``, by its media key): ``text``/``input_text``/``output_text``/``refusal``/``thinking``
+  are text (``text`` and ``refusal`` without text are skipped), ``image_url``/``input_image``/
+  ``image_embeds`` are image items, ``tool_reference`` is its name.
+* Content format "openai" keeps a list: ``{"type": "text", "text": ...}`` per text and
+  ``{"type": "image"}`` per image, each with the part's keys vLLM does not know. Format "string"
+  joins the non-empty texts with "\\n"; media add nothing unless the renderer has a model
+  placeholder string, which goes in front once per item the text does not already hold.
+* Then the role's fields: an assistant's ``tool_calls`` and ``reasoning`` (also copied to
+  ``reasoning_content``), a tool message's ``tool_call_id`` (its all-text content list joined into
+  one string), ``name`` and ``task`` when strings, a developer message's ``tools``.
+* Finally assistant tool calls: an empty list is dropped, ``arguments`` become a dict (a JSON
+  string is parsed; invalid JSON or a non-object becomes ``{}``, so one bad turn in a history
+  cannot fail every later request).
+
+``developer_to_system``: a template that never mentions the developer role gets developer
+messages as system messages, merged with the other system messages into one at the front.
+Images are not decoded here: each is collected, in order, as a ``MultiModalItem``.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Mapping, Sequence
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from ..errors import (
+    ChatRequestValidationError,
     ContentPartError,
     InvalidMessagesError,
     MultiModalPlaceholderError,
     ToolCallError,
-    UnknownRoleError,
-    _short,
 )
+from .request import ChatCompletionContentPartParam, content_parts, parameter_suffix, sanitize_message
 
-ROLES = ("assistant", "developer", "function", "system", "tool", "user")
-"""Message roles of the chat API (``function`` is OpenAI's legacy tool role)."""
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
+"""Part types parsed as text."""
 
-# Part type -> the key holding its text.
-TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
-MEDIA_PART_TYPES = ("image_url", "image_embeds")
-SUPPORTED_PART_TYPES = tuple(sorted([*TEXT_PART_KEYS, *MEDIA_PART_TYPES]))
+SKIP_WITHOUT_CONTENT = ("text", "refusal")
+"""Text part types skipped (not refused) when their text is missing."""
 
-# Keys that belong to a part's definition; any other key is passed through to the template.
-_KNOWN_PART_KEYS = frozenset({
-    "type", "text", "refusal", "image_url", "image_embeds", "uuid", "detail",
-    "input_audio", "audio_url", "video_url", "file", "image_pil", "audio_embeds", "video_embeds",
-})
+IMAGE_PART_TYPES = ("image_url", "input_image", "image_embeds")
+"""Part types that are image items."""
+
+RENDERED_PART_TYPES = tuple(sorted(TEXT_PART_TYPES | {*IMAGE_PART_TYPES, "tool_reference"}))
+"""Part types this renderer renders (vLLM also parses audio, video and prompt-embedding parts)."""
+
+# Part types vLLM parses (its multimodal parser map): the ones a request may name.
+PARSED_PART_TYPES = (
+    "text",
+    "thinking",
+    "input_text",
+    "output_text",
+    "input_image",
+    "image_url",
+    "image_embeds",
+    "audio_embeds",
+    "video_embeds",
+    "prompt_embeds",
+    "image_pil",
+    "audio_url",
+    "input_audio",
+    "refusal",
+    "video_url",
+    "tool_reference",
+)
+# Keys a part without a usable type is recognized by, in vLLM's order, and the key holding its data.
+_SNIFFED_KEYS = (
+    ("image_url", "image_url"),
+    ("image_pil", "image_pil"),
+    ("image_embeds", "image_embeds"),
+    ("audio_embeds", "audio_embeds"),
+    ("video_embeds", "video_embeds"),
+    ("prompt_embeds", "data"),
+    ("audio_url", "audio_url"),
+    ("input_audio", "input_audio"),
+    ("video_url", "video_url"),
+    ("tool_reference", "name"),
+)
+_TEXT_KEY = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+# Claude Code stamps system prompts with a line that changes on every request; vLLM drops it.
+BILLING_HEADER = "x-anthropic-billing-header"
+
+
+def _known_part_keys() -> frozenset[str]:
+    """Every key some content-part type declares; the other keys of a part reach the template."""
+    keys: set[str] = set()
+    pending: list[Any] = [ChatCompletionContentPartParam]
+    while pending:
+        node = pending.pop()
+        if typing.get_origin(node) in (typing.Union, types.UnionType):
+            pending.extend(typing.get_args(node))
+        elif hasattr(node, "__required_keys__"):
+            keys |= node.__required_keys__ | node.__optional_keys__
+    return frozenset(keys)
+
+
+KNOWN_PART_KEYS = _known_part_keys()
 
 
 @dataclass(frozen=True)
@@ -81,8 +142,14 @@ class MultiModalItem:
         d = json.loads(raw)
         if not isinstance(d, dict):
             raise InvalidMessagesError("mm_items entries must be JSON objects.")
-        return cls(modality=d.get("modality", "image"), source=d.get("source", "image_url"),
-                   data=d.get("data"), uuid=d.get("uuid"), message_index=-1, part_index=-1)
+        return cls(
+            modality=d.get("modality", "image"),
+            source=d.get("source", "image_url"),
+            data=d.get("data"),
+            uuid=d.get("uuid"),
+            message_index=-1,
+            part_index=-1,
+        )
 
 
 @dataclass(frozen=True)
@@ -97,224 +164,249 @@ class ParsedMessages:
 
 
 def parse_messages(
-    messages: Any,
+    messages: list[Any],
     content_format: str,
     *,
     image_placeholder: str | None = None,
 ) -> ParsedMessages:
-    """Validate OpenAI chat messages and convert them for a template of ``content_format``."""
-    if not isinstance(messages, list) or not messages:
-        raise InvalidMessagesError(
-            f"messages must be a non-empty list of message objects, got {_describe(messages)}."
-        )
+    """Convert validated messages (``validate_chat_request``) for a template of ``content_format``."""
     items: list[MultiModalItem] = []
-    conversation = [
-        _parse_message(i, msg, content_format, items, image_placeholder) for i, msg in enumerate(messages)
-    ]
+    conversation = [_parse_message(i, msg, content_format, items, image_placeholder) for i, msg in enumerate(messages)]
+    _postprocess_tool_calls(conversation)
     return ParsedMessages(conversation, tuple(items))
 
 
-def _describe(value: Any) -> str:
-    if isinstance(value, list):
-        return "an empty list"
-    return f"{type(value).__name__} {_short(value)}"
-
-
 def _parse_message(
-    i: int, msg: Any, fmt: str, items: list[MultiModalItem], placeholder: str | None,
+    i: int,
+    msg: Any,
+    fmt: str,
+    items: list[MultiModalItem],
+    placeholder: str | None,
 ) -> dict[str, Any]:
-    where = f"messages[{i}]"
     if not isinstance(msg, Mapping):
-        raise InvalidMessagesError(f"{where} must be an object, got {type(msg).__name__} {_short(msg)}.")
-    if "role" not in msg:
-        raise InvalidMessagesError(f"{where} is missing the required field 'role'.")
+        # A harmony-shaped message passes vLLM's validation, then fails where vLLM reads it.
+        raise ChatRequestValidationError(f"'{type(msg).__name__}' object is not subscriptable")
     role = msg["role"]
-    if not isinstance(role, str):
-        raise InvalidMessagesError(f"{where}.role must be a string, got {type(role).__name__} {_short(role)}.")
-    if role not in ROLES:
-        raise UnknownRoleError(
-            f"{where}.role must be one of {', '.join(repr(r) for r in ROLES)}, got {role!r}."
-        )
-
     content = msg.get("content")
     if content is None:
-        parts: Sequence[Any] = []
+        parts: Any = []
     elif isinstance(content, str):
-        parts = [content]
-    elif isinstance(content, list):
-        parts = content
+        parts = [{"type": "text", "text": content}]
     else:
-        raise InvalidMessagesError(
-            f"{where}.content must be a string, a list of content parts or null, "
-            f"got {type(content).__name__} {_short(content)}."
-        )
-    result: dict[str, Any] = {"role": role, "content": _parse_content(i, parts, fmt, items, placeholder)}
+        parts = content
+    if role == "system":
+        parts = _strip_billing_header(content_parts(parts))
+    result: dict[str, Any] = {"role": role, "content": _parse_content(i, content_parts(parts), fmt, items, placeholder)}
 
     if role == "assistant":
-        tool_calls = msg.get("tool_calls")
-        if tool_calls is not None:
-            parsed_calls = _parse_tool_calls(where, tool_calls)
-            if parsed_calls:  # an empty list would steer templates off the plain-answer path
-                result["tool_calls"] = parsed_calls
+        if msg.get("tool_calls") is not None:
+            result["tool_calls"] = list(msg["tool_calls"])
         reasoning = msg.get("reasoning")
         if reasoning is not None:
-            if not isinstance(reasoning, str):
-                raise InvalidMessagesError(
-                    f"{where}.reasoning must be a string, got {type(reasoning).__name__} {_short(reasoning)}."
-                )
             result["reasoning"] = reasoning
-            result["reasoning_content"] = reasoning
+            result["reasoning_content"] = reasoning  # the name most templates read
     elif role == "tool":
         if "tool_call_id" in msg:
-            call_id = msg["tool_call_id"]
-            if not isinstance(call_id, str):
-                raise InvalidMessagesError(
-                    f"{where}.tool_call_id must be a string, got {type(call_id).__name__} {_short(call_id)}."
-                )
-            result["tool_call_id"] = call_id
+            result["tool_call_id"] = msg["tool_call_id"]
         if isinstance(result["content"], list):
             result["content"] = _tool_content(result["content"])
-
-    name = msg.get("name")
-    if name is not None:
-        if not isinstance(name, str):
-            raise InvalidMessagesError(f"{where}.name must be a string, got {type(name).__name__} {_short(name)}.")
-        result["name"] = name
+    for key in ("name", "task"):
+        if isinstance(msg.get(key), str):
+            result[key] = msg[key]
     if role == "developer":
-        result["tools"] = copy.deepcopy(msg.get("tools"))
+        result["tools"] = msg.get("tools")
     return result
 
 
-def _tool_content(parts: list[dict[str, Any]]) -> Any:
+def _strip_billing_header(parts: list[Any]) -> list[Any]:
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            text: Any = part
+        elif isinstance(part, Mapping) and part.get("type") == "text":
+            text = part.get("text")
+        else:
+            text = None
+        if not (isinstance(text, str) and text.startswith(BILLING_HEADER)):
+            out.append(part)
+            continue
+        rest = text.partition("\n")[2]
+        if rest:
+            out.append(rest if isinstance(part, str) else {**part, "text": rest})
+    return out
+
+
+def _tool_content(parts: list[Any]) -> Any:
     # Most templates print a tool result as a string; vLLM joins all-text lists into one.
-    if any(p.get("type") != "text" for p in parts):
+    if any(isinstance(p, Mapping) and p.get("type") != "text" for p in parts):
         return parts
-    return "\n".join(p["text"] for p in parts)
+    texts = [p.get("text", "") for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
+    return _join_texts(texts) if texts else ""
 
 
 def _parse_content(
-    i: int, parts: Sequence[Any], fmt: str, items: list[MultiModalItem], placeholder: str | None,
+    i: int,
+    parts: list[Any],
+    fmt: str,
+    items: list[MultiModalItem],
+    placeholder: str | None,
 ) -> Any:
-    wrapped: list[dict[str, Any]] = []
-    texts: list[str] = []
+    wrapped: list[Any] = []
     n_media = 0
     for j, part in enumerate(parts):
-        where = f"messages[{i}].content[{j}]"
-        if isinstance(part, str):
-            ptype, payload, uuid = "text", part, None
-        elif isinstance(part, Mapping):
-            ptype, payload, uuid = _part_fields(where, part)
-        else:
-            raise ContentPartError(
-                f"{where} must be a string or a content part object, got {type(part).__name__} {_short(part)}."
-            )
-        if ptype in TEXT_PART_KEYS:
-            if payload is None:
-                continue  # vLLM skips text parts without text
-            if not isinstance(payload, str):
-                raise ContentPartError(
-                    f"{where}.{TEXT_PART_KEYS[ptype]} must be a string, got {type(payload).__name__} {_short(payload)}."
-                )
-            if payload:  # vLLM drops empty strings before joining (but keeps empty parts as parts)
-                texts.append(payload)
-            wrapped.append({"type": "text", "text": payload, **_extras(part)})
-            continue
-        modality = "image"
-        index = sum(1 for it in items if it.modality == modality)
-        if payload is None and uuid is None:
-            raise ContentPartError(
-                f"multi_modal_data[{modality!r}][{index}] is empty but "
-                f"multi_modal_uuids[{modality!r}][{index}] is missing."
-            )
-        items.append(MultiModalItem(modality, ptype, payload, uuid, i, j))
-        n_media += 1
-        wrapped.append({"type": modality, **_extras(part)})
+        parsed = _parse_part(i, j, part, fmt == "openai", items)
+        if parsed is _MEDIA:
+            n_media += 1
+        elif parsed:  # vLLM keeps truthy results only: "" texts are dropped
+            wrapped.append(parsed)
     if fmt == "openai":
         return wrapped
-    text = "\n".join(texts)
+    text = _join_texts(wrapped)
     if placeholder and n_media:
         missing = n_media - text.count(placeholder)
         if missing < 0:
             raise MultiModalPlaceholderError(
-                f"Found more '{placeholder}' placeholders in input prompt than actual multimodal data items."
+                parameter_suffix(
+                    f"Found more '{placeholder}' placeholders in input prompt than actual multimodal data items.",
+                    "messages",
+                )
             )
         return "\n".join([placeholder] * missing + ([text] if text else []))
     return text
 
 
-def _extras(part: Any) -> dict[str, Any]:
+_MEDIA = object()  # marks a media part in string format (it adds no text of its own)
+
+
+def _join_texts(texts: list[Any]) -> str:
+    """The texts joined by newlines; a text that is not a string (a text part without its text)
+    fails as vLLM's join fails, with Python's words."""
+    for k, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ContentPartError(f"sequence item {k}: expected str instance, {type(text).__name__} found")
+    return "\n".join(texts)
+
+
+def _parse_part(i: int, j: int, part: Any, wrap: bool, items: list[MultiModalItem]) -> Any:
+    """One part: its text (a string, or a wrapped dict), a wrapped media dict, ``_MEDIA``, or None."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part} if wrap else part
     if not isinstance(part, Mapping):
-        return {}
-    return {k: copy.deepcopy(v) for k, v in part.items() if k not in _KNOWN_PART_KEYS}
-
-
-def _part_fields(where: str, part: Mapping[str, Any]) -> tuple[str, Any, str | None]:
-    """(type, payload, uuid) of a content part object."""
-    ptype = part.get("type")
-    if ptype is None:
-        ptype = next((k for k in MEDIA_PART_TYPES if k in part), None)
-        if ptype is None:
-            raise ContentPartError("Missing 'type' field in multimodal part.")
-    if not isinstance(ptype, str):
-        raise ContentPartError("Invalid 'type' field in multimodal part.")
-    if ptype in TEXT_PART_KEYS:
-        return ptype, part.get(TEXT_PART_KEYS[ptype]), None
-    if ptype not in MEDIA_PART_TYPES:
+        raise ContentPartError(f"messages[{i}].content[{j}] must be a string or a content part object.")
+    ptype, payload = _part_type_and_payload(part)
+    if ptype in SKIP_WITHOUT_CONTENT and payload is None:
+        return None
+    if ptype in TEXT_PART_TYPES:
+        return {"type": "text", "text": payload, **_extras(part)} if wrap else payload
+    if ptype == "tool_reference":
+        return {"type": "tool_reference", "name": payload} if wrap else payload
+    if ptype not in IMAGE_PART_TYPES:
+        if ptype in PARSED_PART_TYPES:
+            # Audio, video, PIL images and prompt embeddings: vLLM parses them, this renderer does not.
+            raise ContentPartError(
+                f"Unsupported chat content part type for this renderer: {ptype!r}. "
+                f"Supported types: {', '.join(RENDERED_PART_TYPES)}."
+            )
+        supported = sorted(set(PARSED_PART_TYPES) | set(SKIP_WITHOUT_CONTENT))
         raise ContentPartError(
-            f"Unsupported chat content part type: {ptype!r}. Supported types: {', '.join(SUPPORTED_PART_TYPES)}."
+            parameter_suffix(
+                f"Unsupported chat content part type: {ptype!r}. Supported types: {', '.join(supported)}.",
+                "type",
+                ptype,
+            )
         )
     uuid = part.get("uuid")
-    if uuid is not None:
-        if isinstance(uuid, bool) or not isinstance(uuid, (str, int)):
-            raise ContentPartError(f"{where}.uuid must be a string, got {type(uuid).__name__} {_short(uuid)}.")
-        uuid = str(uuid)
-    if ptype == "image_url":
-        url = part.get("image_url")
-        if isinstance(url, Mapping):
-            url = url.get("url")
-        if url is not None and not isinstance(url, str):
-            raise ContentPartError(
-                f"{where}.image_url.url must be a string, got {type(url).__name__} {_short(url)}."
-            )
-        return ptype, url, uuid
-    embeds = part.get("image_embeds")
-    if embeds is not None and not isinstance(embeds, (str, Mapping)):
+    uuid = None if uuid is None else str(uuid)
+    index = sum(1 for it in items if it.modality == "image")
+    if payload is None and uuid is None:
         raise ContentPartError(
-            f"{where}.image_embeds must be a base64 string or an object of them, "
-            f"got {type(embeds).__name__} {_short(embeds)}."
+            f"multi_modal_data['image'][{index}] is empty but multi_modal_uuids['image'][{index}] is missing."
         )
-    return ptype, copy.deepcopy(embeds), uuid
+    source = "image_embeds" if ptype == "image_embeds" else "image_url"
+    items.append(MultiModalItem("image", source, payload, uuid, i, j))
+    return {"type": "image", **_extras(part)} if wrap else _MEDIA
 
 
-def _parse_tool_calls(where: str, tool_calls: Any) -> list[dict[str, Any]]:
-    if not isinstance(tool_calls, list):
-        raise ToolCallError(
-            f"{where}.tool_calls must be a list, got {type(tool_calls).__name__} {_short(tool_calls)}."
-        )
-    out = []
-    for k, call in enumerate(tool_calls):
-        if not isinstance(call, Mapping):
-            raise ToolCallError("assistant tool_calls entries must be objects.")
-        function = call.get("function")
-        if call.get("type", "function") != "function" or not isinstance(function, Mapping):
-            raise ToolCallError("chat completions only support assistant tool_calls of type 'function'.")
-        name = function.get("name")
-        if not isinstance(name, str):
-            raise ToolCallError(
-                f"{where}.tool_calls[{k}].function.name must be a string, got {type(name).__name__} {_short(name)}."
-            )
-        call = copy.deepcopy(dict(call))
-        call["function"] = dict(call["function"], arguments=_arguments(function.get("arguments")))
-        out.append(call)
-    return out
+def _part_type_and_payload(part: Mapping[str, Any]) -> tuple[str, Any]:
+    """vLLM's reading of a part object: its type, and the text or media payload it carries."""
+    ptype = part.get("type")
+    if isinstance(ptype, str) and ptype in PARSED_PART_TYPES and part.get("uuid") is None:
+        return ptype, _typed_payload(ptype, part)
+    if ptype is None or part.get("uuid") is not None:
+        for key, data_key in _SNIFFED_KEYS:
+            if key in part:
+                payload = part.get(data_key)
+                if isinstance(payload, Mapping) and key in ("image_url", "audio_url", "video_url"):
+                    payload = payload.get("url")
+                return key, payload
+        raise ContentPartError(parameter_suffix("Missing 'type' field in multimodal part.", "type"))
+    if not isinstance(ptype, str):
+        raise ContentPartError(parameter_suffix("Invalid 'type' field in multimodal part.", "type"))
+    return ptype, None
+
+
+_IMAGE_PART = None  # TypeAdapter of OpenAI's image part, built on first use
+
+
+def _typed_payload(ptype: str, part: Mapping[str, Any]) -> Any:
+    if ptype in _TEXT_KEY:
+        return part.get(_TEXT_KEY[ptype])
+    if ptype == "image_url":
+        return _validated_image_part(part).get("image_url", {}).get("url")
+    if ptype == "input_image":
+        return part.get("image_url")
+    if ptype == "tool_reference":
+        return part.get("name")
+    if ptype == "prompt_embeds":
+        return part.get("data")
+    return part.get(ptype)
+
+
+def _validated_image_part(part: Mapping[str, Any]) -> Mapping[str, Any]:
+    """vLLM validates a typed image part again (OpenAI's type) before reading its URL."""
+    global _IMAGE_PART
+    if _IMAGE_PART is None:
+        from openai.types.chat import ChatCompletionContentPartImageParam
+
+        _IMAGE_PART = TypeAdapter(ChatCompletionContentPartImageParam)
+    try:
+        return _IMAGE_PART.validate_python(part)
+    except ValidationError as e:
+        raise ContentPartError(sanitize_message(str(e))) from None
+
+
+def _extras(part: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in part.items() if k not in KNOWN_PART_KEYS}
+
+
+def _postprocess_tool_calls(conversation: list[dict[str, Any]]) -> None:
+    """Assistant tool calls as templates expect them (vLLM's pass after parsing)."""
+    for message in conversation:
+        tool_calls = message.get("tool_calls")
+        if message["role"] != "assistant" or not isinstance(tool_calls, list):
+            continue
+        if not tool_calls:  # an empty list would steer templates off the plain-answer path
+            message.pop("tool_calls")
+            continue
+        for call in tool_calls:
+            if not isinstance(call, dict):
+                raise ToolCallError(parameter_suffix("assistant tool_calls entries must be objects.", "tool_calls"))
+            function = call.get("function")
+            if call.get("type", "function") != "function" or not isinstance(function, dict):
+                raise ToolCallError(
+                    parameter_suffix(
+                        "chat completions only support assistant tool_calls of type 'function'.", "tool_calls"
+                    )
+                )
+            function["arguments"] = _arguments(function.get("arguments"))
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
     """Tool-call arguments as a dict: templates expect a mapping (transformers' convention)."""
     if not raw:
         return {}
-    if isinstance(raw, Mapping):
-        return dict(raw)
+    if isinstance(raw, dict):
+        return raw
     parsed = raw
     if isinstance(raw, str):
         try:
@@ -322,3 +414,49 @@ def _arguments(raw: Any) -> dict[str, Any]:
         except json.JSONDecodeError:
             return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def mentions_developer_role(chat_template: str) -> bool:
+    """Whether the template names the developer role (vLLM looks for the quoted word)."""
+    return '"developer"' in chat_template or "'developer'" in chat_template
+
+
+def developer_to_system(conversation: list[dict[str, Any]], chat_template: str) -> list[dict[str, Any]]:
+    """For a template that does not know the developer role: developer messages become system
+    messages (without their ``tools``), and all system messages merge into one at the front."""
+    if mentions_developer_role(chat_template) or not any(m["role"] == "developer" for m in conversation):
+        return conversation
+    converted = []
+    for message in conversation:
+        if message["role"] == "developer":
+            message = {**message, "role": "system"}
+            message.pop("tools", None)
+        converted.append(message)
+    return _merge_system_messages(converted)
+
+
+def _merge_system_messages(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One system message at the front, its text the non-empty system texts joined by blank lines;
+    the conversation unchanged when it already has at most one, first."""
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
+    merge = False
+    for i, message in enumerate(conversation):
+        if message["role"] != "system":
+            others.append(message)
+            continue
+        merge = merge or i > 0 or bool(texts)
+        content = message.get("content", "")
+        if isinstance(content, list):
+            content = _join_texts(
+                [
+                    p["text"] if isinstance(p, Mapping) else p
+                    for p in content
+                    if (isinstance(p, Mapping) and "text" in p) or isinstance(p, str)
+                ]
+            )
+        if content:
+            texts.append(content)
+    if not merge:
+        return conversation
+    return [{"role": "system", "content": "\n\n".join(texts)}, *others]

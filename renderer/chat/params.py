@@ -1,10 +1,12 @@
 """``ChatParams``: how one request's messages become a prompt (vLLM's chat parameters).
 
 A request's ``chat_params`` JSON bag is parsed with the same strictness as ``tokenize_params``:
-unknown fields and wrongly typed values are refused with a message naming the field. ``tools`` are
-normalized to the shape vLLM hands templates (its pydantic ``model_dump``: ``type``, then
-``function`` with ``name``, ``description`` and ``parameters`` present even when null, then any
-extra keys), so ``{{ tools | tojson }}`` prints what vLLM prints.
+unknown fields and wrongly typed values are refused with a message naming the field. ``tools`` and
+``documents`` are kept as sent: vLLM's request model validates them with the messages
+(``request.validate_chat_request``), and its messages are the ones a client gets.
+
+``chat_template_kwargs`` may carry ``chat_template`` (a template, as vLLM takes it when the request
+names none) and ``tokenize`` (ignored: the renderer always returns text).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import Any, Mapping
 from ..errors import (
     FieldTypeError,
     GenerationPromptConflictError,
-    UnexpectedChatTemplateKwargsError,
     UnknownFieldError,
 )
 from .content_format import CONTENT_FORMATS
@@ -30,8 +31,8 @@ HF_CONFLICT_MESSAGE = (
     "to add a header that will prompt it to start a new assistant message instead."
 )
 
-UNEXPECTED_KWARGS = frozenset({"chat_template", "tokenize"})
-"""Keys vLLM refuses inside ``chat_template_kwargs``."""
+TEMPLATE_CHOICE_KWARGS = frozenset({"chat_template", "tokenize"})
+"""Keys of ``chat_template_kwargs`` that choose how to render, not what the template sees."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,11 @@ class ChatParams:
     continue_final_message: bool = False
     """Leave the final message open so the model continues it (prefill)."""
 
-    tools: list[dict[str, Any]] | None = None
-    """Tool definitions for the template, normalized as vLLM does."""
+    tools: Any = None
+    """Tool definitions as sent (validated and normalized when the chat is rendered)."""
 
-    documents: list[dict[str, Any]] | None = None
-    """Retrieval documents for templates that take them."""
+    documents: Any = None
+    """Retrieval documents as sent, for templates that take them (validated when rendered)."""
 
     media_io_kwargs: Mapping[str, Any] | None = None
     """Options for loading media, per modality; passed on to the multimodal stage."""
@@ -70,14 +71,10 @@ class ChatParams:
             raise GenerationPromptConflictError(HF_CONFLICT_MESSAGE)
         if self.chat_template_content_format not in CONTENT_FORMATS:
             raise FieldTypeError(
-                BAG, "chat_template_content_format", "one of 'auto', 'string', 'openai'",
+                BAG,
+                "chat_template_content_format",
+                "one of 'auto', 'string', 'openai'",
                 self.chat_template_content_format,
-            )
-        unexpected = UNEXPECTED_KWARGS & set(self.chat_template_kwargs)
-        if unexpected:
-            raise UnexpectedChatTemplateKwargsError(
-                "Found unexpected chat template kwargs from request: "
-                "{" + ", ".join(repr(k) for k in sorted(unexpected)) + "}"
             )
 
     @classmethod
@@ -114,13 +111,27 @@ class ChatParams:
             }
         return replace(self, **changes)
 
-    def template_kwargs(self) -> dict[str, Any]:
-        """``chat_template_kwargs`` with the request-level switches folded in (vLLM's merge)."""
+    @property
+    def request_template(self) -> str | None:
+        """The template the request supplies: ``chat_template``, else one inside the kwargs."""
+        if self.chat_template is not None:
+            return self.chat_template
+        kw_template = self.chat_template_kwargs.get("chat_template")
+        return kw_template if isinstance(kw_template, str) else None
+
+    @property
+    def sends_template(self) -> bool:
+        """Whether the request carries a template of its own (vLLM's trust check)."""
+        return self.chat_template is not None or self.chat_template_kwargs.get("chat_template") is not None
+
+    def template_kwargs(self, documents: Any = None) -> dict[str, Any]:
+        """``chat_template_kwargs`` with the request-level switches folded in (vLLM's merge);
+        ``documents`` are the validated ones."""
         merged = dict(self.chat_template_kwargs)
         merged["add_generation_prompt"] = self.add_generation_prompt
         merged["continue_final_message"] = self.continue_final_message
-        if self.documents is not None:
-            merged["documents"] = self.documents
+        if documents is not None:
+            merged["documents"] = documents
         return merged
 
 
@@ -156,45 +167,8 @@ def _content_format(name: str, value: Any) -> str:
     return value
 
 
-def _documents(name: str, value: Any) -> list[dict[str, Any]] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise FieldTypeError(BAG, name, "a list of objects or null", value)
-    for i, doc in enumerate(value):
-        if not isinstance(doc, Mapping):
-            raise FieldTypeError(BAG, f"{name}[{i}]", "an object", doc)
-    return [dict(d) for d in value]
-
-
-def normalize_tools(value: Any, name: str = "tools") -> list[dict[str, Any]] | None:
-    """Validate tool definitions and give them vLLM's ``model_dump`` shape."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise FieldTypeError(BAG, name, "a list of tool objects or null", value)
-    out = []
-    for i, tool in enumerate(value):
-        where = f"{name}[{i}]"
-        if not isinstance(tool, Mapping):
-            raise FieldTypeError(BAG, where, "an object", tool)
-        if tool.get("type", "function") != "function":
-            raise FieldTypeError(BAG, f"{where}.type", "'function'", tool.get("type"))
-        fn = tool.get("function")
-        if not isinstance(fn, Mapping):
-            raise FieldTypeError(BAG, f"{where}.function", "an object", fn)
-        if not isinstance(fn.get("name"), str):
-            raise FieldTypeError(BAG, f"{where}.function.name", "a string", fn.get("name"))
-        if fn.get("description") is not None and not isinstance(fn["description"], str):
-            raise FieldTypeError(BAG, f"{where}.function.description", "a string or null", fn["description"])
-        if fn.get("parameters") is not None and not isinstance(fn["parameters"], Mapping):
-            raise FieldTypeError(BAG, f"{where}.function.parameters", "an object or null", fn["parameters"])
-        function = {"name": fn["name"], "description": fn.get("description"), "parameters": fn.get("parameters")}
-        function.update({k: v for k, v in fn.items() if k not in function})
-        normalized = {"type": "function", "function": function}
-        normalized.update({k: v for k, v in tool.items() if k not in normalized})
-        out.append(normalized)
-    return out
+def _as_sent(name: str, value: Any) -> Any:
+    return value
 
 
 _PARSERS = {
@@ -203,8 +177,8 @@ _PARSERS = {
     "chat_template_kwargs": _object_or_null,
     "add_generation_prompt": _bool,
     "continue_final_message": _bool,
-    "tools": lambda name, value: normalize_tools(value, name),
-    "documents": _documents,
+    "tools": _as_sent,
+    "documents": _as_sent,
     "media_io_kwargs": _object_or_null,
     "mm_processor_kwargs": _object_or_null,
 }

@@ -1,7 +1,9 @@
 """``ChatRenderer``: OpenAI chat messages + ``ChatParams`` -> prompt text, as vLLM renders chats.
 
-Steps: pick the template (request, processor, tokenizer), settle the content format, parse the
-messages (collecting media items), filter the template kwargs, render in the sandbox.
+Steps, in vLLM's order: validate the request (vLLM's request models), refuse a request template
+unless trusted, settle the content format, parse the messages (collecting media items), pick the
+template (request, processor, tokenizer), turn developer messages into system ones where the
+template does not know the role, filter the template kwargs, render in the sandbox.
 """
 
 from __future__ import annotations
@@ -11,17 +13,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ChatTemplateResolutionError, MultiModalLimitError, RenderError
+from ..errors import (
+    ChatTemplateResolutionError,
+    InvalidParamsError,
+    MultiModalLimitError,
+    RenderError,
+    UntrustedChatTemplateError,
+)
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import resolve_content_format
-from .messages import MultiModalItem, parse_messages
+from .messages import MultiModalItem, developer_to_system, parse_messages
 from .params import ChatParams
+from .request import validate_chat_request
 from .sandbox import TemplateLimits
 from .template import ChatTemplateSource, resolve_chat_template
 
 logger = logging.getLogger(__name__)
 
 WARMUP_MESSAGES = [{"role": "user", "content": "warmup"}]
+# Kwargs vLLM passes on as keyword arguments of its own template call, where they collide with its
+# positional ones.
+CALL_ARGUMENT_KWARGS = ("model_config", "tokenizer", "conversation")
+UNTRUSTED_TEMPLATE_MESSAGE = (
+    "Chat template is passed with request, but --trust-request-chat-template is not set. "
+    "Refused request with untrusted chat template."
+)
 
 
 @dataclass(frozen=True)
@@ -32,7 +48,8 @@ class RenderedChat:
     """The rendered prompt, to be tokenized without adding special tokens."""
 
     conversation: list[dict[str, Any]]
-    """The parsed messages the template was given (vLLM's ``conversation``)."""
+    """The parsed messages the template was given (vLLM's ``conversation``, developer messages
+    turned into system ones where the template does not know the role)."""
 
     mm_items: tuple[MultiModalItem, ...]
     """Media items in order of appearance, for the multimodal stage."""
@@ -51,9 +68,13 @@ class ChatRenderer:
         limits: TemplateLimits = TemplateLimits(),
         image_placeholder: str | None = None,
         mm_limits: Mapping[str, int] | None = None,
+        trust_request_chat_template: bool = False,
     ) -> None:
         self.source = source
         self.limits = limits
+        # vLLM's --trust-request-chat-template: off, a request's own template is refused; on, it
+        # renders (here still inside the sandbox's bounds).
+        self.trust_request_chat_template = trust_request_chat_template
         self.image_placeholder = image_placeholder
         # Items allowed per prompt and modality; a text-only model allows none (vLLM's limit 0).
         self.mm_limits = dict(mm_limits) if mm_limits is not None else None
@@ -65,20 +86,48 @@ class ChatRenderer:
 
     def render_messages(self, messages: Any, params: ChatParams) -> RenderedChat:
         """Render OpenAI chat ``messages``; raises a ``RenderError`` naming what was wrong."""
-        template = resolve_chat_template(self.source, params.chat_template, params.tools)
-        content_format = resolve_content_format(params.chat_template_content_format, template)
-        parsed = parse_messages(messages, content_format, image_placeholder=self.image_placeholder)
+        request = validate_chat_request(messages, params.tools, params.documents)
+        self._check_trust(params)
+        # Request kwargs may carry the tools the template sees (vLLM's merge lets them override).
+        kw_tools = params.chat_template_kwargs.get("tools")
+        tools = kw_tools if kw_tools is not None else request.tools
+        content_format = self._content_format(params, tools)
+        parsed = parse_messages(request.messages, content_format, image_placeholder=self.image_placeholder)
         self._check_mm_limits(parsed.mm_items)
-        kwargs = resolve_template_kwargs(template, params.template_kwargs())
+        self._check_call_arguments(params)
+        template = resolve_chat_template(self.source, params.request_template, tools)
+        conversation = developer_to_system(parsed.conversation, template)
+        kwargs = resolve_template_kwargs(template, params.template_kwargs(request.documents))
         prompt = apply_chat_template(
             template,
-            parsed.conversation,
+            conversation,
             special_tokens=self.source.special_tokens,
             template_kwargs=kwargs,
-            tools=params.tools,
+            tools=tools,
             limits=self.limits,
         )
-        return RenderedChat(prompt, parsed.conversation, parsed.mm_items, content_format)
+        return RenderedChat(prompt, conversation, parsed.mm_items, content_format)
+
+    def _check_trust(self, params: ChatParams) -> None:
+        if params.sends_template and not self.trust_request_chat_template:
+            raise UntrustedChatTemplateError(UNTRUSTED_TEMPLATE_MESSAGE)
+
+    @staticmethod
+    def _check_call_arguments(params: ChatParams) -> None:
+        for name in params.chat_template_kwargs:
+            if name in CALL_ARGUMENT_KWARGS:
+                raise InvalidParamsError(f"safe_apply_chat_template() got multiple values for argument {name!r}")
+
+    def _content_format(self, params: ChatParams, tools: Any) -> str:
+        # vLLM detects the format from the request's ``chat_template`` or the model's, never from
+        # a template inside the kwargs; with neither, "auto" means "string".
+        if params.chat_template_content_format != "auto":
+            return params.chat_template_content_format
+        try:
+            template = resolve_chat_template(self.source, params.chat_template, tools)
+        except ChatTemplateResolutionError:
+            return "string"
+        return resolve_content_format("auto", template)
 
     def _check_mm_limits(self, items: tuple[MultiModalItem, ...]) -> None:
         if self.mm_limits is None:

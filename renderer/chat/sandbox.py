@@ -102,8 +102,7 @@ class _Budget:
     def check_size(self, n: int, what: str) -> None:
         if n > self.limits.max_output_chars:
             raise ChatTemplateLimitError(
-                f"Chat template tried to build {what} of length {n}; "
-                f"the limit is {self.limits.max_output_chars}."
+                f"Chat template tried to build {what} of length {n}; the limit is {self.limits.max_output_chars}."
             )
 
 
@@ -134,9 +133,7 @@ def render_text(template: jinja2.Template, context: dict[str, Any], limits: Temp
         for chunk in template.generate(**context):
             total += len(chunk)
             if total > limits.max_output_chars:
-                raise ChatTemplateLimitError(
-                    f"Rendered chat template exceeds {limits.max_output_chars} characters."
-                )
+                raise ChatTemplateLimitError(f"Rendered chat template exceeds {limits.max_output_chars} characters.")
             budget.check_time()
             chunks.append(chunk)
         return "".join(chunks)
@@ -222,8 +219,9 @@ def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     # transformers' filter: plain json.dumps (Jinja's own escapes HTML characters).
     width = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
     if width > _MAX_JSON_INDENT:  # repeated on every line of the output
@@ -272,9 +270,7 @@ def _guarded_range(*args: Any) -> range:
     r = range(*args)
     limit = _budget().limits.max_range
     if len(r) > limit:
-        raise ChatTemplateLimitError(
-            f"Chat template called range() with {len(r)} items; the limit is {limit}."
-        )
+        raise ChatTemplateLimitError(f"Chat template called range() with {len(r)} items; the limit is {limit}.")
     return r
 
 
@@ -339,8 +335,13 @@ def _post_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _GUARDED_FILTERS: dict[str, Callable[..., Any]] = {
-    "center": _center, "indent": _indent, "replace": _replace, "join": _join, "format": _format,
-    "batch": _batch, "slice": _slice,
+    "center": _center,
+    "indent": _indent,
+    "replace": _replace,
+    "join": _join,
+    "format": _format,
+    "batch": _batch,
+    "slice": _slice,
 }
 
 # str methods that can grow a string far past their inputs, with the check to run first.
@@ -350,14 +351,18 @@ _STR_METHOD_CHECKS: dict[str, Callable[..., None]] = {
     "rjust": lambda s, width=0, *a: _check_width(width),
     "zfill": lambda s, width=0, *a: _check_width(width),
     "expandtabs": lambda s, tabsize=8: _budget().check_size(
-        len(s) + s.count("\t") * (tabsize if isinstance(tabsize, int) else 0), "an expanded string"),
+        len(s) + s.count("\t") * (tabsize if isinstance(tabsize, int) else 0), "an expanded string"
+    ),
     "replace": lambda s, old="", new="", count=-1: _check_replace(s, old, new, count),
     "join": lambda s, items=(): _check_join(s, list(items) if isinstance(items, (list, tuple)) else []),
     "format": lambda s, *a, **k: _check_brace_format(s),
     "format_map": lambda s, *a, **k: _check_brace_format(s),
     "translate": lambda s, table=None: _budget().check_size(
         len(s) * max([len(v) for v in table.values() if isinstance(v, str)] or [1])
-        if isinstance(table, dict) else len(s), "a translated string"),
+        if isinstance(table, dict)
+        else len(s),
+        "a translated string",
+    ),
 }
 
 
@@ -420,7 +425,8 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
 
     def __init__(self) -> None:
         super().__init__(
-            trim_blocks=True, lstrip_blocks=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
             extensions=[_GenerationTag, jinja2.ext.loopcontrols],
         )
         self.filters["tojson"] = _tojson
@@ -515,4 +521,5 @@ def parse_template(source: str) -> nodes.Template:
 
 
 def _syntax_error(e: jinja2.TemplateSyntaxError) -> ChatTemplateSyntaxError:
-    return ChatTemplateSyntaxError(f"Invalid chat template: {e.message} (line {e.lineno})")
+    # Jinja's own message, as vLLM returns it (no location: jinja leaves it out of compile errors).
+    return ChatTemplateSyntaxError(e.message or str(e))

@@ -57,8 +57,7 @@ class ChatTemplateSource:
         )
 
 
-def resolve_chat_template(source: ChatTemplateSource, request_template: str | None,
-                          tools: list[Any] | None) -> str:
+def resolve_chat_template(source: ChatTemplateSource, request_template: str | None, tools: list[Any] | None) -> str:
     """The template text a request renders with."""
     named = source.tokenizer_template if isinstance(source.tokenizer_template, Mapping) else None
     if request_template is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -11,20 +13,30 @@ from serving import triton_io as io
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        self.stage = ChatStage.from_model_dir(io.model_params(args)["model_dir"])
+        params = io.model_params(args)
+        self.stage = ChatStage.from_model_dir(
+            params["model_dir"], trust_request_chat_template=io.flag(params, "trust_request_chat_template")
+        )
         self.stage.warmup()  # compiles the model's template before the first request
 
-    def _one(self, request):
+    def _one(self, request: Any) -> Any:
         out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))
-        tensors = [io.bytes_tensor("prompt", [out.rendered.prompt]), io.tensor("chat_template_applied", [True], np.bool_)]
+        tensors = [
+            io.bytes_tensor("prompt", [out.rendered.prompt]),
+            io.tensor("chat_template_applied", [True], np.bool_),
+        ]
         if self.stage.multimodal:
-            tensors += [io.bytes_tensor("mm_items", out.mm_items_json),
-                        io.bytes_tensor("mm_kwargs", [out.media_kwargs.to_json()])]
+            tensors += [
+                io.bytes_tensor("mm_items", out.mm_items_json),
+                io.bytes_tensor("mm_kwargs", [out.media_kwargs.to_json()]),
+            ]
         else:
             # A text model's render_chat answers with these directly: no media, so both empty.
-            tensors += [io.tensor("mm_placeholders", np.zeros((0, 2), np.int32), np.int32),
-                        io.bytes_tensor("mm_hashes", [])]
+            tensors += [
+                io.tensor("mm_placeholders", np.zeros((0, 2), np.int32), np.int32),
+                io.bytes_tensor("mm_hashes", []),
+            ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def execute(self, requests):
+    def execute(self, requests: list) -> list:
         return io.respond_each(requests, "chat_render", self._one)

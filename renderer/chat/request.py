@@ -1,0 +1,464 @@
+"""vLLM's request validation of a chat: its pydantic request models, reproduced.
+
+vLLM 0.32 validates ``/v1/chat/completions`` bodies with pydantic before rendering anything, and
+that validation shapes what templates see, not only what is refused:
+
+* each message is validated against the union of OpenAI's message types (``openai.types.chat``),
+  vLLM's own catch-all message type (any ``role`` string) and openai-harmony's ``Message``;
+  pydantic's smart union picks one, and the message comes out as that type rebuilt: its declared
+  keys first, in the type's order, then the keys it does not declare (the request model allows
+  extra keys), so a template printing a whole tool call or message with ``tojson`` prints vLLM's
+  order;
+* OpenAI's types take ``content`` and ``tool_calls`` as lazy iterables: their items are validated
+  only when read, so a bad content part surfaces while the messages are parsed, with pydantic's
+  own text ("... validation errors for ValidatorIterator");
+* ``reasoning_content`` is renamed ``reasoning`` (when ``reasoning`` is unset) before validation;
+* tool definitions come out as vLLM dumps them: ``type``, then ``function`` with ``name``,
+  ``description`` and ``parameters`` (``strict`` and ``defer_loading`` only when set), every
+  other key dropped; an empty ``tools`` list is refused;
+* ``documents`` must be objects of strings.
+
+The models below declare the same types, field for field and under the same names, as vLLM's
+(``vllm/entrypoints/openai/chat_completion/protocol.py``, ``vllm/renderers/chat_utils.py``,
+``vllm/entrypoints/generate/base/protocol.py``), so pydantic makes the same choices and reports
+the same errors; refusals are worded as vLLM's HTTP layer words them (``format_validation_error``).
+"""
+
+# No ``from __future__ import annotations``: pydantic reads these TypedDicts' annotations at runtime.
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Literal, Optional, TypeAlias
+
+from openai.types.chat import (
+    ChatCompletionContentPartInputAudioParam,
+    ChatCompletionContentPartRefusalParam,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageToolCallParam,
+)
+from openai.types.chat import ChatCompletionContentPartParam as OpenAIChatCompletionContentPartParam
+from openai.types.chat import ChatCompletionMessageParam as OpenAIChatCompletionMessageParam
+from PIL import Image
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
+from typing_extensions import Required, TypedDict
+
+from ..errors import ChatRequestValidationError, EmptyToolsError
+
+# --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
+
+
+class AudioURL(TypedDict, total=False):
+    url: Required[str]
+
+
+class ChatCompletionContentPartAudioParam(TypedDict, total=False):
+    audio_url: Required[AudioURL]
+    type: Required[Literal["audio_url"]]
+
+
+MultiModalEmbedsPayload: TypeAlias = str | dict[str, str | list[int | float]]
+
+
+class ChatCompletionContentPartImageEmbedsParam(TypedDict, total=False):
+    image_embeds: MultiModalEmbedsPayload | None
+    type: Required[Literal["image_embeds"]]
+    uuid: str | None
+
+
+class ChatCompletionContentPartAudioEmbedsParam(TypedDict, total=False):
+    audio_embeds: MultiModalEmbedsPayload | None
+    type: Required[Literal["audio_embeds"]]
+    uuid: str | None
+
+
+class ChatCompletionContentPartVideoEmbedsParam(TypedDict, total=False):
+    video_embeds: MultiModalEmbedsPayload | None
+    type: Required[Literal["video_embeds"]]
+    uuid: str | None
+
+
+class ChatCompletionContentPartPromptEmbedsParam(TypedDict, total=False):
+    data: Required[str]
+    type: Required[Literal["prompt_embeds"]]
+
+
+class VideoURL(TypedDict, total=False):
+    url: Required[str]
+
+
+class ChatCompletionContentPartVideoParam(TypedDict, total=False):
+    video_url: Required[VideoURL]
+    type: Required[Literal["video_url"]]
+
+
+class PILImage(BaseModel):
+    """An in-memory image (only Python callers can send one; JSON never validates as it)."""
+
+    image_pil: Image.Image
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+
+class CustomChatCompletionContentPILImageParam(TypedDict, total=False):
+    image_pil: PILImage | None
+    uuid: str | None
+
+
+class CustomChatCompletionContentSimpleImageParam(TypedDict, total=False):
+    image_url: str | None
+    uuid: str | None
+
+
+class CustomChatCompletionContentSimpleAudioParam(TypedDict, total=False):
+    audio_url: str | None
+
+
+class CustomChatCompletionContentSimpleVideoParam(TypedDict, total=False):
+    video_url: str | None
+    uuid: str | None
+
+
+class CustomThinkCompletionContentParam(TypedDict, total=False):
+    thinking: Required[str]
+    closed: bool
+    type: Required[Literal["thinking"]]
+
+
+class CustomChatCompletionContentToolReferenceParam(TypedDict, total=False):
+    name: str
+    type: Literal["tool_reference"]
+
+
+ChatCompletionContentPartParam: TypeAlias = (
+    OpenAIChatCompletionContentPartParam
+    | ChatCompletionContentPartAudioParam
+    | ChatCompletionContentPartInputAudioParam
+    | ChatCompletionContentPartVideoParam
+    | ChatCompletionContentPartRefusalParam
+    | CustomChatCompletionContentPILImageParam
+    | CustomChatCompletionContentSimpleImageParam
+    | ChatCompletionContentPartImageEmbedsParam
+    | ChatCompletionContentPartAudioEmbedsParam
+    | ChatCompletionContentPartVideoEmbedsParam
+    | ChatCompletionContentPartPromptEmbedsParam
+    | CustomChatCompletionContentSimpleAudioParam
+    | CustomChatCompletionContentSimpleVideoParam
+    | CustomChatCompletionContentToolReferenceParam
+    | str
+    | CustomThinkCompletionContentParam
+)
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+
+class CustomChatCompletionMessageParam(TypedDict, total=False):
+    """vLLM's catch-all message: any role, plus the fields vLLM adds."""
+
+    role: Required[str]
+    content: str | list[ChatCompletionContentPartParam]
+    name: str
+    tool_call_id: str | None
+    tool_calls: list[ChatCompletionMessageToolCallParam] | None
+    reasoning: str | None
+    tools: list[ChatCompletionFunctionToolParam] | None
+    task: str | None
+
+
+class Role(str, Enum):
+    """openai-harmony's author roles (a harmony ``Message`` is the union's last member)."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    DEVELOPER = "developer"
+    TOOL = "tool"
+
+    @classmethod
+    def _missing_(cls, value: object) -> "Role":
+        raise ValueError(f"Unknown role: {value!r}")
+
+
+class Author(BaseModel):
+    role: Role
+    name: Optional[str] = None
+
+
+class Content(BaseModel):
+    pass
+
+
+class Message(BaseModel):
+    """openai-harmony's message shape: vLLM accepts it, then cannot render it as a chat."""
+
+    author: Author
+    content: list[Content] = Field(default_factory=list)
+    channel: Optional[str] = None
+    recipient: Optional[str] = None
+    content_type: Optional[str] = None
+
+
+ChatCompletionMessageParam: TypeAlias = OpenAIChatCompletionMessageParam | CustomChatCompletionMessageParam | Message
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    defer_loading: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        # Declared fields only; strict and defer_loading only when set (vLLM's dump).
+        data = {k: v for k, v in handler(self).items() if k in type(self).model_fields}
+        for optional in ("strict", "defer_loading"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
+        return data
+
+
+class ChatCompletionToolsParam(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+    defer_loading: bool | None = None
+
+    @model_validator(mode="after")
+    def _propagate_defer_loading(self) -> "ChatCompletionToolsParam":
+        if self.defer_loading is not None and self.function.defer_loading is None:
+            self.function.defer_loading = self.defer_loading
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        data = {k: v for k, v in handler(self).items() if k in type(self).model_fields}
+        if self.defer_loading is None:
+            data.pop("defer_loading", None)
+        return data
+
+
+EMPTY_TOOLS_MESSAGE = (
+    "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely. (parameter=tools)"
+)
+
+
+class ChatRequestModel(BaseModel):
+    """The fields of vLLM's ``ChatCompletionRequest`` that shape a render, in its field order."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatCompletionMessageParam]
+    tools: list[ChatCompletionToolsParam] | None = None
+    documents: list[dict[str, str]] | None = None
+
+    @model_validator(mode="after")
+    def _materialize_tool_calls(self) -> "ChatRequestModel":
+        # OpenAI's assistant type reads tool_calls lazily; vLLM reads them here, inside
+        # validation, so a bad tool call is a validation error of the request.
+        for msg in self.messages:
+            if isinstance(msg, dict):
+                tool_calls = msg.get("tool_calls")
+                if tool_calls is not None and not isinstance(tool_calls, list):
+                    msg["tool_calls"] = list(tool_calls)
+        return self
+
+
+def _prevalidate(body: dict[str, Any]) -> None:
+    """vLLM's "before" validators, run outside pydantic as their errors escape it there.
+
+    Messages: ``tool_calls`` that are not a list become ``list(tool_calls)`` (a non-iterable is
+    refused with the TypeError's text), ``reasoning_content`` becomes ``reasoning``. An empty
+    ``tools`` list is refused.
+    """
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for msg in messages:
+            if not isinstance(msg, dict):
+                continue
+            tool_calls = msg.get("tool_calls")
+            if tool_calls is not None and not isinstance(tool_calls, list):
+                if not isinstance(tool_calls, Iterable):
+                    raise ChatRequestValidationError(f"'{type(tool_calls).__name__}' object is not iterable")
+                msg["tool_calls"] = list(tool_calls)
+            reasoning_content = msg.pop("reasoning_content", None)
+            if reasoning_content is not None and msg.get("reasoning") is None:
+                msg["reasoning"] = reasoning_content
+    if body.get("tools") == []:
+        raise EmptyToolsError(EMPTY_TOOLS_MESSAGE)
+
+
+# --- the validated request -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValidatedChatRequest:
+    """A chat request after vLLM's request validation."""
+
+    messages: list[Any]
+    """The messages as vLLM's model rebuilt them: dicts (a content list may still be a lazy
+    iterator, read by ``content_parts``), or a harmony ``Message``, which parsing refuses."""
+
+    tools: list[dict[str, Any]] | None
+    """Tool definitions as vLLM dumps them, or None."""
+
+    documents: list[dict[str, str]] | None
+    """Documents, or None."""
+
+
+def validate_chat_request(messages: Any, tools: Any = None, documents: Any = None) -> ValidatedChatRequest:
+    """Validate a chat's messages, tools and documents as vLLM's request model does.
+
+    Raises ``ChatRequestValidationError`` (or ``EmptyToolsError``) with vLLM's message.
+    """
+    body: dict[str, Any] = {"messages": _copy_json(messages)}
+    if tools is not None:
+        body["tools"] = _copy_json(tools)
+    if documents is not None:
+        body["documents"] = _copy_json(documents)
+    _prevalidate(body)
+    try:
+        model = ChatRequestModel.model_validate(body, from_attributes=True)  # as FastAPI validates bodies
+    except ValidationError as e:
+        raise ChatRequestValidationError(format_validation_error(e)) from None
+    dumped_tools = None if model.tools is None else [t.model_dump() for t in model.tools]
+    return ValidatedChatRequest(list(model.messages), dumped_tools, model.documents)
+
+
+def content_parts(content: Iterable[Any]) -> list[Any]:
+    """A message's content parts, reading a lazily validated list (vLLM reads them while parsing;
+    a part that fails is reported with pydantic's own text)."""
+    try:
+        return list(content)
+    except ValidationError as e:
+        raise ChatRequestValidationError(sanitize_message(str(e))) from None
+
+
+def _copy_json(value: Any) -> Any:
+    """A structural copy of JSON data: validation rewrites messages in place, as vLLM's does."""
+    if isinstance(value, Mapping):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
+
+
+# --- vLLM's wording of a refused request ---------------------------------------------------------
+
+# pydantic-core's internal schema names that vLLM drops from an error's location.
+_INTERNAL_LOC_MARKERS = frozenset(
+    {
+        "function-wrap",
+        "function-after",
+        "function-before",
+        "function-plain",
+        "json-or-python",
+        "lax-or-strict",
+        "chain",
+        "default",
+        "nullable",
+        "tagged-union",
+        "union",
+        "call",
+        "arguments",
+        "is-instance",
+        "is-subclass",
+        "callable",
+        "str",
+        "int",
+        "float",
+        "bool",
+        "bytes",
+        "bytearray",
+        "list",
+        "tuple",
+        "dict",
+        "set",
+        "frozenset",
+        "complex",
+        "none",
+        "nonetype",
+    }
+)
+_BRACKETED = re.compile(r"[\[\]{}()]")
+MAX_REPORTED_ERRORS = 10
+MAX_INPUT_CHARS = 200
+MAX_ERROR_CHARS = 1000
+
+
+def format_validation_error(error: ValidationError, prefix: tuple[str, ...] = ("body",)) -> str:
+    """A pydantic error as vLLM's HTTP layer reports a request body that fails validation: the
+    count, then at most ten errors, each a dict with its location cleaned and its input bounded."""
+    errors = error.errors(include_url=False)
+    if not errors:
+        return "Validation error"
+    label = "error" if len(errors) == 1 else "errors"
+    lines = [f"{len(errors)} validation {label}:"]
+    lines += [f"  {_format_one(err, prefix)}" for err in errors[:MAX_REPORTED_ERRORS]]
+    if len(errors) > MAX_REPORTED_ERRORS:
+        lines.append(f"  ...and {len(errors) - MAX_REPORTED_ERRORS} more {label}")
+    return sanitize_message("\n".join(lines).rstrip())
+
+
+def _format_one(err: Mapping[str, Any], prefix: tuple[str, ...]) -> str:
+    shown = dict(err)
+    shown["loc"] = _clean_loc((*prefix, *err.get("loc", ())))
+    if "input" in shown:
+        shown["input"] = _summarize_input(shown["input"])
+    text = str(shown)
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "...[truncated]"
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if not _is_internal(str(p))]
+    return ".".join(parts) if parts else ".".join(str(p) for p in loc)
+
+
+def _is_internal(segment: str) -> bool:
+    return bool(_BRACKETED.search(segment)) or segment.lower() in _INTERNAL_LOC_MARKERS
+
+
+def _summarize_input(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= MAX_INPUT_CHARS else value[:MAX_INPUT_CHARS] + "...[truncated]"
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{type(value).__name__} of {len(value)} bytes>"
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 (an int too long to print, say: vLLM names the type instead)
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_TRACE_LINE = re.compile(r'\n?\s*File "[^"]+", line \d+, in \S+(\n\s+.*)?')
+_SYSTEM_PATH = re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+")
+_FILE_PATH = re.compile(r"(?:/[\w\-]+)+/[\w\-]+\.\w+")
+
+
+def sanitize_message(message: str) -> str:
+    """vLLM's clean-up of every error message: no memory addresses, trace lines or file paths."""
+    message = _ADDRESS.sub(">", message)
+    message = _TRACE_LINE.sub("", message)
+    message = _SYSTEM_PATH.sub("<path>", message)
+    message = _FILE_PATH.sub("<path>", message)
+    return message.strip()
+
+
+def parameter_suffix(message: str, parameter: str | None = None, value: Any = None) -> str:
+    """A message as vLLM's validation errors print: the parameter and value named after it."""
+    extras = []
+    if parameter is not None:
+        extras.append(f"parameter={parameter}")
+    if value is not None:
+        extras.append(f"value={value}")
+    return f"{message} ({', '.join(extras)})" if extras else message
