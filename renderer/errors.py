@@ -152,6 +152,10 @@ class ContinueFinalMessageError(ChatError):
     """``continue_final_message`` cannot continue the final message (transformers' checks)."""
 
 
+class RequestNestingError(InvalidMessagesError):
+    """``messages``, ``tools`` or ``documents`` nest deeper than Python's recursion allows."""
+
+
 class ChatRequestValidationError(InvalidMessagesError):
     """The chat request fails vLLM's request models (messages, tool calls, content parts, tools,
     documents); the message is vLLM's, pydantic's errors included."""

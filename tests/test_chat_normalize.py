@@ -437,3 +437,30 @@ def test_kwargs_vllm_cannot_pass_on(kwargs, message, trusted):
     with pytest.raises(InvalidParamsError) as e:
         render(trusted, HI, chat_template=ECHO, chat_template_kwargs=kwargs)
     assert str(e.value) == message
+
+
+def _nested(depth: int) -> dict:
+    value: object = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "messages, tools",
+    [
+        (
+            [{"role": "user", "content": "hi"}],
+            [{"type": "function", "function": {"name": "f", "parameters": _nested(5000)}}],
+        ),
+        ([{"role": "user", "content": [{"type": "text", "text": "a", "extra": _nested(5000)}]}], None),
+    ],
+    ids=["tools", "content_part"],
+)
+def test_input_nested_past_the_recursion_limit_is_a_named_400(messages, tools):
+    from renderer.chat.request import NESTING_MESSAGE, validate_chat_request
+    from renderer.errors import RenderError, RequestNestingError
+
+    with pytest.raises(RequestNestingError, match="nested too deeply") as e:
+        validate_chat_request(messages, tools)
+    assert isinstance(e.value, RenderError) and str(e.value) == NESTING_MESSAGE

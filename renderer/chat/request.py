@@ -44,7 +44,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from typing_extensions import Required, TypedDict
 
-from ..errors import ChatRequestValidationError, EmptyToolsError
+from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError
 
 # --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
 
@@ -316,8 +316,19 @@ class ValidatedChatRequest:
 def validate_chat_request(messages: Any, tools: Any = None, documents: Any = None) -> ValidatedChatRequest:
     """Validate a chat's messages, tools and documents as vLLM's request model does.
 
-    Raises ``ChatRequestValidationError`` (or ``EmptyToolsError``) with vLLM's message.
+    Raises ``ChatRequestValidationError`` (or ``EmptyToolsError``) with vLLM's message, and
+    ``RequestNestingError`` for input nested too deeply to walk (a 400, never a crash).
     """
+    try:
+        return _validate(messages, tools, documents)
+    except RecursionError:
+        raise RequestNestingError(NESTING_MESSAGE) from None
+
+
+NESTING_MESSAGE = "The chat request is nested too deeply (messages, tools or documents)."
+
+
+def _validate(messages: Any, tools: Any, documents: Any) -> ValidatedChatRequest:
     body: dict[str, Any] = {"messages": _copy_json(messages)}
     if tools is not None:
         body["tools"] = _copy_json(tools)
