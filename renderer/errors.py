@@ -205,6 +205,10 @@ class ImageDecodeError(MediaLoadError):
     """Bytes that are not an image Pillow can decode, or a truncated image."""
 
 
+class ImageFormatError(ImageDecodeError):
+    """Image bytes in a format vLLM does not open (its allow-list of Pillow formats)."""
+
+
 class ImageTooLargeError(MediaLoadError):
     """An image whose header declares more pixels than allowed (decompression-bomb guard)."""
 

@@ -24,6 +24,7 @@ from renderer.chat.messages import MultiModalItem
 from renderer.errors import (
     ImageAspectRatioError,
     ImageDecodeError,
+    ImageFormatError,
     ImageTooLargeError,
     MediaLoadError,
     MediaTooLargeError,
@@ -714,3 +715,44 @@ def test_pixtral_forward_with_our_outputs(pixtral_dir: Path, pixtral: MultiModal
             image_sizes=torch.from_numpy(out.image_sizes),
         ).logits
     assert logits.shape[:2] == (1, len(out.input_ids)) and torch.isfinite(logits).all()
+
+
+def _with_orientation(img: Image.Image, orientation: int, fmt: str) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, exif=exif.tobytes(), **({"compress_level": 1} if fmt == "PNG" else {"quality": 95}))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("orientation", [2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_exif_orientation_is_applied_as_vllm_does(orientation: int, fmt: str) -> None:
+    """vLLM opens images upright (``ImageOps.exif_transpose``); a 6 or 8 swaps width and height."""
+    from PIL import ImageOps
+
+    data = _with_orientation(rgb(64, 40, seed=orientation), orientation, fmt)
+    ours = load_image(data_url(data, fmt), MediaLimits())
+    upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    assert ours.rgb.shape == upright.shape and np.array_equal(ours.rgb, upright)
+    assert ours.rgb.shape[:2] == ((64, 40) if orientation in (5, 6, 7, 8) else (40, 64))
+
+
+def test_exif_orientation_changes_grid_and_hash(qwen: MultiModalProcessor) -> None:
+    """A portrait photo tagged 6 gets the upright grid and placeholder count, and its hash is
+    the upright pixels' (the same as the same picture saved upright without a tag)."""
+    landscape = rgb(112, 56, seed=3)
+    tagged = _with_orientation(landscape, 6, "PNG")
+    upright = encode(landscape.transpose(Image.Transpose.ROTATE_270))
+    a = qwen.process(qwen_prompt(1), [item(data_url(tagged))])
+    b = qwen.process(qwen_prompt(1), [item(data_url(upright))])
+    plain = qwen.process(qwen_prompt(1), [item(data_url(encode(landscape)))])
+    assert a.hashes == b.hashes and a.input_ids == b.input_ids
+    assert a.hashes != plain.hashes and a.image_grid_thw.tolist() != plain.image_grid_thw.tolist()
+
+
+def test_formats_vllm_does_not_open_are_refused_by_name() -> None:
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n%%EndComments\nshowpage\n"
+    with pytest.raises(ImageFormatError, match="not an image in a format vLLM accepts") as e:
+        load_image(data_url(eps), MediaLimits())
+    assert "Ghostscript" not in str(e.value) and "JPEG" in str(e.value)

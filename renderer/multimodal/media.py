@@ -12,7 +12,12 @@ Sources, in order of trust:
 Guards: encoded size (``max_bytes``, checked on the base64 length before decoding), the pixel
 count declared in the image header (``max_pixels``, checked before any pixel is decoded, so a
 decompression bomb costs only its header), Pillow's own ``DecompressionBombError``, truncated or
-non-image data. Every refusal is a named ``MediaLoadError`` subclass.
+non-image data. Every refusal is a named ``MediaLoadError`` subclass. Only the Pillow formats
+vLLM opens are opened (``ALLOWED_IMAGE_FORMATS``): PostScript, PDF and the like are refused by
+name before any plugin of theirs runs.
+
+Orientation follows vLLM: an EXIF Orientation tag is applied (``ImageOps.exif_transpose``) before
+anything else sees the pixels, so a portrait phone photo is processed, and hashed, upright.
 
 Colour handling follows the Hugging Face image processors (``transformers.image_transforms.
 convert_to_rgb``): an image with an alpha band or a ``transparency`` entry (palette PNGs, GIFs)
@@ -37,6 +42,7 @@ import numpy as np
 
 from ..errors import (
     ImageDecodeError,
+    ImageFormatError,
     ImageTooLargeError,
     MediaLoadError,
     MediaTooLargeError,
@@ -246,14 +252,26 @@ def _fetch_http(url: str, limits: MediaLimits) -> bytes:
     return data
 
 
+# The Pillow formats vLLM 0.32 opens images with (vllm/multimodal/image.py); the rest of Pillow's
+# (EPS and PDF through Ghostscript, among others) are refused.
+ALLOWED_IMAGE_FORMATS = (
+    "BLP", "BMP", "CUR", "DCX", "DDS", "DIB", "FITS", "FLI", "FTEX", "GBR", "GIF", "ICNS", "ICO", "IM", "IMT",
+    "IPTC", "JPEG", "JPEG2000", "MCIDAS", "MSP", "PCD", "PCX", "PIXAR", "PNG", "PPM", "PSD", "QOI", "SGI",
+    "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM", "XPM", "XVTHUMB",
+)  # fmt: skip
+_EXIF_ORIENTATION = 0x0112
+
+
 def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
     """Decode image bytes, checking the header's pixel count before decoding pixels."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        img = Image.open(io.BytesIO(data))  # lazy: reads the header only
+        img = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)  # lazy: reads the header only
     except UnidentifiedImageError:
-        raise ImageDecodeError("The data is not an image in a format Pillow can decode.") from None
+        raise ImageFormatError(
+            "The data is not an image in a format vLLM accepts (" + ", ".join(ALLOWED_IMAGE_FORMATS) + ")."
+        ) from None
     except Image.DecompressionBombError as e:
         raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
     except Exception as e:  # noqa: BLE001 (each format plugin raises its own kinds)
@@ -268,6 +286,7 @@ def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
         )
     fmt = img.format
     try:
+        img = _upright(img)
         img.load()
     except Image.DecompressionBombError as e:
         raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
@@ -276,6 +295,23 @@ def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
     mode = img.mode
     rgb = to_rgb_array(img)
     return LoadedImage(rgb=rgb, source_mode=mode, source_format=fmt)
+
+
+def _upright(img: "Image.Image") -> "Image.Image":
+    """vLLM's orientation rule: the EXIF Orientation tag applied, as ``ImageOps.exif_transpose``
+    does. Images without a tag (or with 1, upright) skip it: the transpose would only copy."""
+    from PIL import ImageOps
+
+    try:
+        orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 (a malformed EXIF block: vLLM ignores it too)
+        return img
+    if orientation in (None, 1):
+        return img
+    try:
+        return ImageOps.exif_transpose(img)
+    except Exception:  # noqa: BLE001 (vLLM suppresses every transpose failure and keeps the image)
+        return img
 
 
 def to_rgb_array(img: "Image.Image") -> np.ndarray:
