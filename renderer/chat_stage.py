@@ -24,10 +24,10 @@ from .multimodal.registry import detect_family, load_family
 from .request_json import parse_json
 
 
-def chat_media_limits(family: str | None) -> dict[str, int]:
+def chat_media_limits(family: str | None, limits: MediaLimits | None = None) -> dict[str, int]:
     """Media items one chat prompt may carry, by modality: none for a text-only model (``family``
-    None, vLLM's limit 0), vLLM's per-prompt defaults for an image model."""
-    return dict(MediaLimits().max_items) if family else {}
+    None, vLLM's limit 0), else ``limits``' (vLLM's per-prompt defaults when not given)."""
+    return dict((limits or MediaLimits()).max_items) if family else {}
 
 
 def messages_from_json(raw: str | None) -> Any:
@@ -89,12 +89,15 @@ class ChatStage:
         self.family = family
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, **options: Any) -> "ChatStage":
-        """``options``: further ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
+    def from_model_dir(
+        cls, model_dir: str | Path, media_limits: MediaLimits | None = None, **options: Any
+    ) -> "ChatStage":
+        """``media_limits``: the server's (``LIMIT_MM_PER_PROMPT``); ``options``: further
+        ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
         family = detect_family(model_dir)
         placeholder = load_family(model_dir).placeholder_text if family else None
         chat = ChatRenderer.from_model_dir(
-            model_dir, image_placeholder=placeholder, mm_limits=chat_media_limits(family), **options
+            model_dir, image_placeholder=placeholder, mm_limits=chat_media_limits(family, media_limits), **options
         )
         return cls(chat, family)
 

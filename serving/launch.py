@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from renderer import media_defaults
 from serving.flags import parse_flag
 from serving.watchdog import TOKEN_HEADER, alive, server_ready
 
@@ -57,6 +58,14 @@ class Settings:
     """The only directory image paths in requests may point into; empty refuses local files."""
     media_hosts: str = ""
     """Comma-separated hosts images may be fetched from over http(s); empty refuses the network."""
+    limit_mm_per_prompt: int = media_defaults.DEFAULT_MAX_ITEMS_PER_PROMPT
+    """Most images one prompt may carry (vLLM's ``--limit-mm-per-prompt``, its default 999)."""
+    max_image_bytes: int = media_defaults.DEFAULT_MAX_BYTES
+    """Largest encoded image in bytes (a data URL's decoded bytes, a file, a download)."""
+    max_image_pixels: int = media_defaults.DEFAULT_MAX_PIXELS
+    """Largest width x height an image header may declare (vLLM's ``VLLM_MAX_IMAGE_PIXELS``)."""
+    media_fetch_timeout_s: float = media_defaults.DEFAULT_FETCH_TIMEOUT_S
+    """Timeout of one allow-listed image download (vLLM's ``VLLM_IMAGE_FETCH_TIMEOUT``)."""
     encoder_decoder_model_dir: str = ""
     """Encoder-decoder model for the encoder-decoder ensembles. Empty: the tiny built-in BART."""
     build_dir: str = str(ROOT / "build")
@@ -269,6 +278,10 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "mm_cache_bytes": str(s.mm_cache_bytes),
         "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
         "media_hosts": s.media_hosts,
+        "limit_mm_per_prompt": str(s.limit_mm_per_prompt),
+        "max_image_bytes": str(s.max_image_bytes),
+        "max_image_pixels": str(s.max_image_pixels),
+        "media_fetch_timeout_s": str(s.media_fetch_timeout_s),
         **family_vars(family),
     }
 

@@ -30,6 +30,7 @@ from renderer.errors import (
     PromptTooLongError,
 )
 from renderer.generation_request import GenerationRequest, require_max_tokens
+from renderer.multimodal.media import MediaLimits
 from renderer.params import LengthLimit, TokenizeParams, request_tokenize_params
 
 IMAGE_PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
@@ -76,7 +77,8 @@ def test_messages_json_is_parsed_with_a_named_error():
 
 def test_media_limits_follow_the_models_family():
     assert chat_media_limits(None) == {}
-    assert chat_media_limits("qwen2_vl") == {"image": 16} == chat_media_limits("pixtral")
+    assert chat_media_limits("qwen2_vl") == {"image": 999} == chat_media_limits("pixtral")  # vLLM's default
+    assert chat_media_limits("qwen2_vl", MediaLimits(max_items={"image": 2})) == {"image": 2}
 
 
 def test_a_text_only_model_refuses_images_with_vllms_limit(model_dir):
@@ -98,8 +100,9 @@ def test_an_image_model_writes_placeholders_and_hands_on_items_and_kwargs(vlm_di
     assert json.loads(out.mm_items_json[0])["data"] == IMAGE_PART["image_url"]["url"]
     kwargs = MediaKwargs.from_bag(json.loads(out.media_kwargs.to_json()))
     assert kwargs == MediaKwargs({"max_pixels": 3136}, None)
+    limited = ChatStage.from_model_dir(vlm_dir, media_limits=MediaLimits(max_items={"image": 16}))
     with pytest.raises(MultiModalLimitError, match="At most 16 image"):
-        stage.render(json.dumps([{"role": "user", "content": [IMAGE_PART] * 17}]), None)
+        limited.render(json.dumps([{"role": "user", "content": [IMAGE_PART] * 17}]), None)
 
 
 def test_media_kwargs_bag_must_be_an_object():

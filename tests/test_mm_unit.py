@@ -446,10 +446,28 @@ def test_decompression_bomb_header_refused_before_decoding() -> None:
     assert len(bomb) < 200
     with pytest.raises(ImageTooLargeError, match=r"10000000000 pixels"):  # Pillow's own guard fires first
         load_image(data_url(bomb), MediaLimits())
-    with pytest.raises(ImageTooLargeError, match=r"10000x10000 = 100000000 pixels, more than the limit"):
-        load_image(data_url(png_bomb_header(10_000, 10_000)), MediaLimits())
+    with pytest.raises(ImageTooLargeError, match=r"15000x11000 = 165000000 pixels, more than the limit"):
+        load_image(data_url(png_bomb_header(15_000, 11_000)), MediaLimits(max_pixels=100_000_000))
     with pytest.raises(ImageTooLargeError, match="more than the limit of 100 pixels"):
         load_image(data_url(encode(rgb(20, 20))), MediaLimits(max_pixels=100))
+
+
+def test_limits_default_to_vllms_and_read_the_config() -> None:
+    from renderer import media_defaults
+
+    d = MediaLimits()
+    assert (d.limit_for("image"), d.max_pixels, d.fetch_timeout_s) == (999, 178_956_970, 5.0)
+    assert MediaLimits.from_config({}) == d
+    got = MediaLimits.from_config(
+        {
+            "limit_mm_per_prompt": "3",
+            "max_image_bytes": "1000",
+            "max_image_pixels": "64",
+            "media_fetch_timeout_s": "1.5",
+        }
+    )
+    assert (got.limit_for("image"), got.max_bytes, got.max_pixels, got.fetch_timeout_s) == (3, 1000, 64, 1.5)
+    assert media_defaults.DEFAULT_MAX_ITEMS_PER_PROMPT == 999
 
 
 def test_too_many_items(qwen_dir: Path) -> None:

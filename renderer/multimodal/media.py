@@ -40,6 +40,12 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from ..media_defaults import (
+    DEFAULT_FETCH_TIMEOUT_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ITEMS_PER_PROMPT,
+    DEFAULT_MAX_PIXELS,
+)
 from ..errors import (
     ImageDecodeError,
     ImageFormatError,
@@ -54,9 +60,6 @@ from ..errors import (
 if TYPE_CHECKING:
     from PIL import Image
 
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-DEFAULT_MAX_PIXELS = 50_000_000  # 4-5x a 12 MP photo; decoded RGB would be 150 MB
-
 
 @dataclass(frozen=True)
 class MediaLimits:
@@ -68,7 +71,7 @@ class MediaLimits:
     max_pixels: int = DEFAULT_MAX_PIXELS
     """Largest width x height an image header may declare."""
 
-    max_items: Mapping[str, int] = field(default_factory=lambda: {"image": 16})
+    max_items: Mapping[str, int] = field(default_factory=lambda: {"image": DEFAULT_MAX_ITEMS_PER_PROMPT})
     """Most items per prompt, by modality (vLLM's ``--limit-mm-per-prompt``)."""
 
     allowed_local_dir: str | None = None
@@ -77,8 +80,26 @@ class MediaLimits:
     allowed_hosts: tuple[str, ...] = ()
     """Hosts ``http(s)`` URLs may name (exact, case-insensitive); empty refuses every URL."""
 
-    fetch_timeout_s: float = 10.0
+    fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
     """Timeout of one allow-listed download."""
+
+    @classmethod
+    def from_config(cls, params: Mapping[str, str]) -> "MediaLimits":
+        """From a model config's parameters (what the launcher writes from its settings); an
+        absent or empty parameter keeps its default."""
+
+        def number(name: str, kind: type, default: Any) -> Any:
+            raw = params.get(name, "")
+            return kind(raw) if raw.strip() else default
+
+        return cls(
+            max_bytes=number("max_image_bytes", int, DEFAULT_MAX_BYTES),
+            max_pixels=number("max_image_pixels", int, DEFAULT_MAX_PIXELS),
+            max_items={"image": number("limit_mm_per_prompt", int, DEFAULT_MAX_ITEMS_PER_PROMPT)},
+            allowed_local_dir=params.get("media_dir") or None,
+            allowed_hosts=tuple(h.strip() for h in params.get("media_hosts", "").split(",") if h.strip()),
+            fetch_timeout_s=number("media_fetch_timeout_s", float, DEFAULT_FETCH_TIMEOUT_S),
+        )
 
     def limit_for(self, modality: str) -> int:
         return int(self.max_items.get(modality, 0))

@@ -8,6 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat_stage import ChatStage
+from renderer.multimodal.media import MediaLimits
 from serving import triton_io as io
 
 
@@ -15,7 +16,9 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         params = io.model_params(args)
         self.stage = ChatStage.from_model_dir(
-            params["model_dir"], trust_request_chat_template=io.flag(params, "trust_request_chat_template")
+            params["model_dir"],
+            media_limits=MediaLimits.from_config(params),
+            trust_request_chat_template=io.flag(params, "trust_request_chat_template"),
         )
         self.stage.warmup()  # compiles the model's template before the first request
 

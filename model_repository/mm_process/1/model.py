@@ -23,10 +23,7 @@ from serving import triton_io as io
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        limits = MediaLimits(
-            allowed_local_dir=p.get("media_dir") or None,
-            allowed_hosts=tuple(h.strip() for h in p.get("media_hosts", "").split(",") if h.strip()),
-        )
+        limits = MediaLimits.from_config(p)
         self.processor = MultiModalProcessor.from_model_dir(
             p["model_dir"], limits=limits, cache_bytes=int(p["cache_bytes"]), device=p.get("device", "cpu")
         )
