@@ -71,9 +71,9 @@ class SamplingParams:
             bag = {}
         if not isinstance(bag, Mapping):
             raise FieldTypeError("request", "sampling_params", "a JSON object", bag)
-        unknown = [k for k in bag if k not in _FIELDS]
+        unknown = [k for k in bag if k not in SAMPLING_FIELDS]
         if unknown:
-            raise UnknownFieldError("sampling_params", unknown, list(_FIELDS))
+            raise UnknownFieldError("sampling_params", unknown, list(SAMPLING_FIELDS))
         stop = bag.get("stop") or []
         if isinstance(stop, str):
             stop = [stop]
@@ -151,7 +151,8 @@ def check_max_tokens(max_tokens: int) -> None:
         raise MaxTokensError(f"max_tokens must be at least 1, got {max_tokens}.")
 
 
-_FIELDS = (
+# The sampling_params fields, vLLM's names; the HTTP front forwards exactly these.
+SAMPLING_FIELDS = (
     "temperature",
     "top_p",
     "top_k",

@@ -18,6 +18,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from renderer.sampling import SAMPLING_FIELDS
+
 
 class FrontError(Exception):
     """A request the front answers with an OpenAI-shaped error."""
@@ -29,22 +31,6 @@ class FrontError(Exception):
         self.param = param
 
 
-# Fields that go into the ensembles' sampling_params JSON as they are (vLLM's names).
-SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "stop",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "ignore_eos",
-    "min_tokens",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "skip_special_tokens",
-)
 # chat_params fields (vLLM's request fields that shape the rendered chat).
 CHAT_FIELDS = (
     "chat_template",
