@@ -74,6 +74,21 @@ IMAGES: dict[str, Callable[[], Image.Image]] = {
 }
 
 
+# Parity images (every mode the HF processors convert, and extreme shapes) and the tolerance of
+# the device-parity checks: tests/test_mm_unit.py (torch on CPU) and test_multimodal_live.py (CUDA).
+PARITY_IMAGES = [
+    "rgb_640x480",
+    "rgba_300x200",
+    "gray_L_257x129",
+    "palette_P_200x150",
+    "one_pixel_1x1",
+    "wide_2000x20",
+    "tiny_3x5",
+    "odd_333x77",
+]
+DEVICE_PARITY_ATOL = 1e-5
+
+
 def encode(img: Image.Image, fmt: str = "PNG") -> bytes:
     buf = io.BytesIO()
     opts = {"PNG": {"compress_level": 1}, "WEBP": {"lossless": True}}.get(fmt, {})

@@ -48,7 +48,16 @@ from renderer.multimodal import (
 )
 from renderer.multimodal import kernels
 from serving import vlm_model
-from tests.mm_images import IMAGES, data_url, encode, png, png_bomb_header, rgb
+from tests.mm_images import (
+    DEVICE_PARITY_ATOL,
+    IMAGES,
+    PARITY_IMAGES,
+    data_url,
+    encode,
+    png,
+    png_bomb_header,
+    rgb,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 QWEN_TOK = ROOT / "build" / "models" / "tokenizers" / "qwen3"
@@ -189,20 +198,6 @@ def test_kernel_fallbacks_are_identical(monkeypatch: pytest.MonkeyPatch) -> None
     assert np.array_equal(kernels.normalize_chw(img, lut), b)
 
 
-# The images and tolerance of tests/test_multimodal_live.py::test_gpu_path_matches_cpu.
-DEVICE_PARITY_IMAGES = [
-    "rgb_640x480",
-    "rgba_300x200",
-    "gray_L_257x129",
-    "palette_P_200x150",
-    "one_pixel_1x1",
-    "wide_2000x20",
-    "tiny_3x5",
-    "odd_333x77",
-]
-DEVICE_PARITY_ATOL = 1e-5
-
-
 @pytest.mark.parametrize("family", ["qwen2_vl", "pixtral"])
 def test_torch_path_on_cpu_matches_numba(family: str, qwen_dir: Path, pixtral_dir: Path) -> None:
     """The torch kernels mm_process runs on a GPU host, run on this host's CPU against the numba
@@ -215,7 +210,7 @@ def test_torch_path_on_cpu_matches_numba(family: str, qwen_dir: Path, pixtral_di
     # The constructor takes "cpu" (numba) or "cuda[:N]"; the families run the torch twin for any
     # device but the literal "cpu", so "cpu:0" is the GPU code path on the CPU.
     on_torch.device = "cpu:0"
-    cases = [[name] for name in DEVICE_PARITY_IMAGES] + [DEVICE_PARITY_IMAGES]
+    cases = [[name] for name in PARITY_IMAGES] + [PARITY_IMAGES]
     for names in cases:
         items = [item(data_url(png(n)), i=i) for i, n in enumerate(names)]
         a = numba.process(prompt(len(names)), items)

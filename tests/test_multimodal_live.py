@@ -13,23 +13,21 @@ import numpy as np
 import pytest
 
 from client import RendererClient, RequestError
-from tests.mm_images import IMAGES, data_url, encode, png, png_bomb_header, rgb
+from tests.mm_images import (
+    DEVICE_PARITY_ATOL,
+    IMAGES,
+    PARITY_IMAGES,
+    data_url,
+    encode,
+    png,
+    png_bomb_header,
+    rgb,
+)
 
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
 
 PORTS = {"qwen2_vl": 18800, "pixtral": 18900}
-# Parity images: every mode the HF processors convert, and extreme shapes.
-LIVE_IMAGES = [
-    "rgb_640x480",
-    "rgba_300x200",
-    "gray_L_257x129",
-    "palette_P_200x150",
-    "one_pixel_1x1",
-    "wide_2000x20",
-    "tiny_3x5",
-    "odd_333x77",
-]
 CACHE_BYTES = 5_000_000  # holds the largest image but not the pool: the concurrency test runs under eviction
 
 
@@ -94,7 +92,7 @@ def test_tensors_equal_transformers_image_processor(mm, hf_processor, protocol):
     family, s, _ = mm
     grid_name = "image_grid_thw" if family == "qwen2_vl" else "image_sizes"
     with client_for(s, protocol) as c:
-        for name in LIVE_IMAGES:
+        for name in PARITY_IMAGES:
             out = c.render_chat(image_msg(data_url(png(name)))).outputs
             ref = hf_processor(IMAGES[name](), return_tensors="np")
             ref_pixels = ref["pixel_values"]
@@ -305,7 +303,7 @@ def test_gpu_path_matches_cpu(mm):
 
     family, s, cpu = mm
     gpu = MultiModalProcessor.from_model_dir(s.resolved_model_dir, device="cuda")
-    for name in LIVE_IMAGES:
+    for name in PARITY_IMAGES:
         item_prompt = [cpu.placeholder_token_id]
         from renderer.chat.messages import MultiModalItem
 
@@ -313,4 +311,4 @@ def test_gpu_path_matches_cpu(mm):
         a = cpu.process(item_prompt, item).pixel_values
         b = gpu.process(item_prompt, item).pixel_values
         b = b.cpu().numpy() if hasattr(b, "cpu") else b
-        np.testing.assert_allclose(b, a, atol=1e-5, err_msg=name)  # stated tolerance: 1e-5 absolute
+        np.testing.assert_allclose(b, a, atol=DEVICE_PARITY_ATOL, err_msg=name)

@@ -17,11 +17,8 @@ from client import RendererClient, RequestError
 from renderer.chat import (
     ChatParams,
     ChatRenderer,
-    resolve_chat_template,
-    resolve_template_kwargs,
-    validate_chat_request,
 )
-from test_chat_unit import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED
+from test_chat_unit import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED, _hf_apply
 
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
@@ -63,17 +60,7 @@ def reference(refs, name, case, *, tokenize):
     hf, chat = refs[name]
     params = ChatParams.from_request(copy.deepcopy(case.get("chat_params")))
     rendered = chat.render_messages(copy.deepcopy(case["messages"]), params)
-    request = validate_chat_request([{"role": "user", "content": ""}], params.tools, params.documents)
-    template = resolve_chat_template(chat.source, params.request_template, request.tools)
-    kwargs = resolve_template_kwargs(template, params.template_kwargs(request.documents))
-    return hf.apply_chat_template(
-        rendered.conversation,
-        tools=request.tools,
-        chat_template=template,
-        tokenize=tokenize,
-        return_dict=False,
-        **kwargs,
-    )
+    return _hf_apply(hf, chat, rendered, params, tokenize=tokenize)
 
 
 def _has_media(case) -> bool:
