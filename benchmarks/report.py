@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,24 @@ def _inproc(res: dict[str, Any], input_name: str, prefix: str) -> float | None:
         if r["input"] == input_name and r["baseline"].startswith(prefix):
             return r["requests_per_s"]
     return None
+
+
+def _mm_summary(mm: dict[str, Any] | None) -> dict[str, Any]:
+    """Images through ``render_chat`` over HTTP against the same processing in process: the worst
+    ratio over the bench's images and families (served time over in-process time)."""
+    rows = (mm or {}).get("rows") or []
+    if not rows:
+        return {"mm_hit_served_vs_inprocess": None, "mm_miss_served_vs_inprocess": None}
+    return {
+        "mm_hit_served_vs_inprocess": max(r["triton_hit_ms"] / r["ours_warm_ms"] for r in rows),
+        "mm_miss_served_vs_inprocess": max(r["triton_miss_ms"] / r["ours_cold_ms"] for r in rows),
+        "mm_served_vs_inprocess_note": "worst over benchmarks.bench_mm's images (640x480, 1280x720, "
+        "4000x3000) and families; hit: same image again (cache on), miss: new pixels (cache off in process)",
+    }
+
+
+def _is_loadgen(row: dict[str, Any]) -> bool:
+    return "loadgen" in str(row.get("driver", ""))
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -105,9 +125,21 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             if pfk_ran
             else f"peer with fastokens {pfk.get('status', 'not run')}"
         )
-        floor = _best([r for r in res.get("floor", []) if r.get("model") == model])
+        floor_rows = [r for r in res.get("floor", []) if r.get("model") == model]
+        floor = _best([r for r in floor_rows if _is_loadgen(r) is False])
         s[f"render_{key}_floor"] = _desc(floor)
         s[f"render_{key}_of_floor"] = _ratio(ours, floor["requests_per_s"] if floor else None)
+        s[f"render_{key}_vs_floor"] = s[f"render_{key}_of_floor"]
+        # The same ratios with the Python load generator driving both sides (what a Python client gets).
+        ours_lg = _best([r for r in res["loadgen"] if r.get("input") == name])
+        floor_lg = _best([r for r in floor_rows if _is_loadgen(r)])
+        s[f"render_{key}_vs_floor_loadgen"] = _ratio(
+            ours_lg["requests_per_s"] if ours_lg else None, floor_lg["requests_per_s"] if floor_lg else None
+        )
+        peer_lg = _best([r for r in peer.get("loadgen", []) if r.get("input") == name]) if peer_ran else None
+        s[f"render_{key}_vs_vllm_loadgen"] = _ratio(
+            ours_lg["requests_per_s"] if ours_lg else None, peer_lg["requests_per_s"] if peer_lg else None
+        )
         s[f"render_{key}_floor_vs_vllm"] = _ratio(floor["requests_per_s"] if floor else None, theirs)
         s[f"render_{key}_vs_vllm_same_client"] = _ratio(
             best_ours_json[model]["requests_per_s"] if best_ours_json[model] else None, theirs
@@ -118,6 +150,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             f"our best over in-process '{baseline}...' on one core, one process ({name})"
         )
         s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
+    s.update(_mm_summary(res.get("mm")))
     s["best_throughput"] = {
         "ours": {m: _desc(best_ours[m]) for m in MODELS},
         "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
@@ -552,6 +585,113 @@ def targets(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def targets_round2(s: dict[str, Any]) -> list[str]:
+    """The second performance round's targets: chat near the floor, images served near in-process."""
+
+    def verdict(v: float | None, ok: bool) -> str:
+        return "n/a (not measured)" if v is None else ("met" if ok else "**not met**")
+
+    rows = []
+    for m in ("render_chat", "render_completion"):
+        v, vl = s.get(f"{m}_vs_floor"), s.get(f"{m}_vs_floor_loadgen")
+        goal = 0.75 if m == "render_chat" else None
+        rows.append(
+            [
+                f"{m} throughput of the Triton floor" + (f" >= {goal}" if goal else " (reported)"),
+                _f(v, 2),
+                _f(vl, 2),
+                verdict(v, v is not None and v >= goal) if goal else "-",
+            ]
+        )
+    for kind, goal in (("hit", 2.0), ("miss", 1.5)):
+        v = s.get(f"mm_{kind}_served_vs_inprocess")
+        rows.append(
+            [
+                f"image cache {kind} through render_chat <= {goal}x in-process (worst image)",
+                _f(v, 2),
+                "-",
+                verdict(v, v is not None and v <= goal),
+            ]
+        )
+    return [
+        "## Targets, second round\n",
+        "Throughput ratios by perf_analyzer and by the Python load generator (`benchmarks/loadgen.py`, "
+        "whose own CPU shares the cores) on the same servers; image ratios from `benchmarks/bench_mm.py` "
+        "(HTTP, one request at a time, median of the repeats).\n",
+        _table(["target", "perf_analyzer / bench_mm", "Python load generator", "this run"], rows),
+        "",
+    ]
+
+
+def mm_section(res: dict[str, Any]) -> list[str]:
+    """Images: in process against served through ``render_chat`` (``benchmarks.bench_mm``)."""
+    mm = res.get("mm")
+    if not mm:
+        return []
+    out = ["## Images: served against in process (`benchmarks/bench_mm.py`)\n"]
+    if "error" in mm:
+        return out + [f"Failed: {mm['error'][:500]}\n"]
+    out.append(
+        "One request at a time over HTTP to a `render_chat`-only server for each family's tiny model, "
+        "against `MultiModalProcessor.process` in process on the same image and prompt: a miss is new "
+        "pixels (in process: cache off), a hit the same image again. Served times include the client, "
+        "the JSON messages with the base64 data URL, `chat_render`, `tokenize`, `mm_process` and the "
+        f"tensors sent back. Median of {mm.get('repeat')} requests.\n"
+    )
+    rows = [
+        [
+            r["family"],
+            r["size"],
+            r["ours_cold_ms"],
+            r["triton_miss_ms"],
+            _f(r["triton_miss_ms"] / r["ours_cold_ms"], 2),
+            r["ours_warm_ms"],
+            r["triton_hit_ms"],
+            _f(r["triton_hit_ms"] / r["ours_warm_ms"], 2),
+            r.get("hf_pil_ms"),
+        ]
+        for r in mm["rows"]
+    ]
+    heads = ["family", "image", "miss in process ms", "miss served ms", "ratio", "hit in process ms"]
+    heads += ["hit served ms", "ratio", "HF PIL processor ms"]
+    return out + [_table(heads, rows), ""]
+
+
+def gpu_section(path: Path) -> list[str]:
+    """``make gpu-check``'s figures, when a GPU host ran it (``benchmarks/gpu_check.py``)."""
+    out = ["## GPU: `mm_process` on a CUDA device against its CPU path\n"]
+    if not path.is_file():
+        return out + [
+            "Not measured yet: no GPU was available where this was run. `make gpu-check` on a host with a "
+            "CUDA GPU writes `benchmarks/results/gpu_check.json`, which this section then reports. On a "
+            "lent device machine: `python -m benchmarks.gpu_check --prepare .gpu-check` here (the tiny "
+            "models' folders without weights, 28 MB), then `PYTHONPATH=. python3 -m benchmarks.gpu_check "
+            "--models-dir .gpu-check` there with `.gpu-check` carried; the JSON comes back in `$OUT`.\n"
+        ]
+    g = json.loads(path.read_text())
+    env = g.get("environment", {})
+    worst = max((c["pixel_values_max_abs_diff"] for c in g.get("checks", [])), default=None)
+    out.append(
+        f"{env.get('device_name')} ({env.get('device')}), torch {env.get('torch')}: "
+        f"{'every check passed' if g.get('passed') else '**a check failed**'}; largest |difference| of "
+        f"`pixel_values` {worst} (tolerance {g.get('tolerance_atol')}); other tensors, ids and hashes equal.\n"
+    )
+    rows = [
+        [
+            r["family"],
+            r["image"],
+            r["cpu_miss_ms"],
+            r["device_miss_ms"],
+            r["device_miss_speedup"],
+            r["cpu_hit_ms"],
+            r["device_hit_ms"],
+        ]
+        for r in g.get("timings", [])
+    ]
+    heads = ["family", "image", "CPU miss ms", "GPU miss ms", "speed-up", "CPU hit ms", "GPU hit ms"]
+    return out + [_table(heads, rows), ""]
+
+
 def head_to_head_section(s: dict[str, Any]) -> list[str]:
     """The head-to-head table (medians per target and case) and what it says about the floor."""
     hh = s.get("head_to_head")
@@ -693,6 +833,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         + ".\n"
     )
     lines += targets(s)
+    lines += targets_round2(s)
     lines += head_to_head_section(s)
     if any(s.get(f"render_{k}_floor") for k in ("completion", "chat")):
         lines.append("## The Triton floor\n")
@@ -711,10 +852,22 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
                     f"render_{key}",
                     f"{_f(f.get('requests_per_s'))} ({f.get('driver')}, c={f.get('concurrency')})",
                     _f(s.get(f"render_{key}_of_floor"), 2),
+                    _f(s.get(f"render_{key}_vs_floor_loadgen"), 2),
                     _f(s.get(f"render_{key}_floor_vs_vllm"), 2),
                 ]
             )
-        lines.append(_table(["ensemble", "floor, best", "ours / floor", "floor / vLLM render server"], rows))
+        lines.append(
+            _table(
+                [
+                    "ensemble",
+                    "floor, best",
+                    "ours / floor",
+                    "ours / floor (load generator)",
+                    "floor / vLLM render server",
+                ],
+                rows,
+            )
+        )
         lines.append("")
         fl = _ok(res.get("floor", []))
         if fl:
@@ -909,6 +1062,8 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         if vl.get("status") != "ran":
             lines.append(f"\nvLLM in process: {vl.get('status')} ({vl.get('reason', '')[:300]})")
         lines.append("")
+    lines += mm_section(res)
+    lines += gpu_section(ROOT / "benchmarks" / "results" / "gpu_check.json")
     lines += engine_section(res)
     lines += front_section(res)
     lines.append("## Reproduce\n")
@@ -954,13 +1109,42 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     return "\n".join(lines) + "\n"
 
 
+def scrub_paths(value: Any) -> Any:
+    """``value`` with this checkout's absolute path made relative and temporary paths shortened, so
+    a committed report names no machine's folders (error texts quote command lines)."""
+    if isinstance(value, str):
+        text = value.replace(str(ROOT) + os.sep, "").replace(str(ROOT), ".")
+        return _TMP_PATH.sub("<tmp>", text)
+    if isinstance(value, list):
+        return [scrub_paths(v) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub_paths(v) for k, v in value.items()}
+    return value
+
+
+_TMP_PATH = re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"]*")
+
+
 def write_all(res: dict[str, Any], out_dir: Path, doc: Path | None) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    res = scrub_paths(res)
     s = summarize(res)
     pngs = charts(res, out_dir)
     s["charts"] = [os.path.relpath(p, ROOT) for p in pngs]
     (out_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)
-        doc.write_text(markdown(res, s, out_dir, doc, pngs))
+        kept = _hand_written(doc)
+        doc.write_text(markdown(res, s, out_dir, doc, pngs) + kept)
     return s
+
+
+HAND_WRITTEN = "<!-- Hand-written sections below this line: benchmarks.report keeps them as they are. -->"
+
+
+def _hand_written(doc: Path) -> str:
+    """The part of an existing report from ``HAND_WRITTEN`` on (measurements made by other commands,
+    written by hand), carried into the regenerated one."""
+    text = doc.read_text() if doc.is_file() else ""
+    at = text.find(HAND_WRITTEN)
+    return "\n" + text[at:] if at >= 0 else ""

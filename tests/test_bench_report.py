@@ -1,0 +1,142 @@
+"""The bench report's second-round figures: floor ratios by both load tools, served-vs-in-process
+image ratios, and no machine paths in what is committed. No servers: recorded results in, summary out."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report
+from benchmarks.layout import ROOT
+
+RESULTS = ROOT / "benchmarks" / "results" / "results.json"
+
+
+def _res() -> dict[str, Any]:
+    """The committed full run, with load-generator floor rows and image rows added."""
+    res = json.loads(RESULTS.read_text())
+    res["loadgen"] = [
+        {"input": "chat_mix", "requests_per_s": 300.0, "driver": "loadgen -> Triton generate", "concurrency": 4},
+        {"input": "chat_mix", "requests_per_s": 360.0, "driver": "loadgen -> Triton generate", "concurrency": 8},
+        {"input": "completion_mix", "requests_per_s": 500.0, "driver": "loadgen -> Triton generate", "concurrency": 8},
+    ]
+    res["floor"] = [r for r in res["floor"] if "loadgen" not in str(r.get("driver"))] + [
+        {
+            "model": "render_chat",
+            "input": "chat_mix",
+            "requests_per_s": 480.0,
+            "concurrency": 8,
+            "p50_ms": 16.0,
+            "driver": "floor, loadgen -> Triton generate",
+        },
+        {
+            "model": "render_completion",
+            "input": "completion_mix",
+            "requests_per_s": 625.0,
+            "concurrency": 8,
+            "p50_ms": 12.0,
+            "driver": "floor, loadgen -> Triton generate",
+        },
+    ]
+    res["mm"] = {
+        "repeat": 5,
+        "rows": [
+            {
+                "family": "qwen2_vl",
+                "size": "640x480",
+                "ours_cold_ms": 10.0,
+                "ours_warm_ms": 4.0,
+                "triton_miss_ms": 14.0,
+                "triton_hit_ms": 6.0,
+            },
+            {
+                "family": "pixtral",
+                "size": "640x480",
+                "ours_cold_ms": 10.0,
+                "ours_warm_ms": 5.0,
+                "triton_miss_ms": 20.0,
+                "triton_hit_ms": 7.5,
+            },
+        ],
+    }
+    return res
+
+
+def test_floor_ratios_by_both_load_tools() -> None:
+    res = _res()
+    s = report.summarize(res)
+    pa_floor = max(
+        r["requests_per_s"] for r in res["floor"] if r["model"] == "render_chat" and "perf_analyzer" in r["driver"]
+    )
+    assert s["render_chat_floor"]["requests_per_s"] == round(pa_floor, 1)  # the load generator's floor is kept apart
+    assert s["render_chat_vs_floor"] == s["render_chat_of_floor"]
+    assert s["render_chat_vs_floor_loadgen"] == round(360 / 480, 3)
+    assert s["render_completion_vs_floor_loadgen"] == round(500 / 625, 3)
+
+
+def test_image_ratios_are_the_worst_served_over_in_process() -> None:
+    s = report.summarize(_res())
+    assert s["mm_hit_served_vs_inprocess"] == 1.5
+    assert s["mm_miss_served_vs_inprocess"] == 2.0
+    table = "\n".join(report.targets_round2(s))
+    assert "image cache miss" in table and "**not met**" in table  # 2.0 > 1.5
+    no_mm = report.summarize({**_res(), "mm": {"error": "server did not start"}})
+    assert no_mm["mm_hit_served_vs_inprocess"] is None
+
+
+def test_committed_reports_name_no_machine_paths(tmp_path: Path) -> None:
+    res = _res()
+    tmp = tempfile.gettempdir()
+    res["floor"].append(
+        {
+            "model": "render_chat",
+            "error": f"perf_analyzer failed (2): {ROOT}/build/perf_analyzer/bin/perf_analyzer -f {tmp}/tmpab12cd/pa.csv",
+        }
+    )
+    doc = tmp_path / "PERFORMANCE.md"
+    report.write_all(res, tmp_path, doc)
+    scrubbed = report.scrub_paths(res)
+    text = json.dumps(scrubbed) + doc.read_text() + (tmp_path / "summary.json").read_text()
+    assert str(ROOT) not in text and f"{tmp}/tmpab12cd" not in text
+    assert "build/perf_analyzer/bin/perf_analyzer -f <tmp>" in json.dumps(scrubbed)
+
+
+def test_report_sections_for_images_and_the_gpu_check(tmp_path: Path) -> None:
+    res = _res()
+    mm = "\n".join(report.mm_section(res))
+    assert "| qwen2_vl | 640x480 | 10.0 | 14.0 | 1.40 |" in mm
+    missing = "\n".join(report.gpu_section(tmp_path / "none.json"))
+    assert "Not measured yet" in missing and "make gpu-check" in missing
+    g = {
+        "passed": False,
+        "tolerance_atol": 1e-5,
+        "environment": {"device": "cuda", "device_name": "NVIDIA H200", "torch": "2.11.0"},
+        "checks": [{"pixel_values_max_abs_diff": 0.5}],
+        "timings": [
+            {
+                "family": "pixtral",
+                "image": "big_4000x3000",
+                "cpu_miss_ms": 300.0,
+                "device_miss_ms": 30.0,
+                "device_miss_speedup": 10.0,
+                "cpu_hit_ms": 20.0,
+                "device_hit_ms": 19.0,
+            }
+        ],
+    }
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    text = "\n".join(report.gpu_section(tmp_path / "g.json"))
+    assert (
+        "NVIDIA H200" in text and "**a check failed**" in text and "| pixtral | big_4000x3000 | 300.0 | 30.0 |" in text
+    )
+
+
+def test_hand_written_sections_survive_a_regenerated_report(tmp_path: Path) -> None:
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text(f"# old generated part\n\n{report.HAND_WRITTEN}\n\n## Measured by hand\n\nkept\n")
+    report.write_all(_res(), tmp_path, doc)
+    text = doc.read_text()
+    assert "old generated part" not in text
+    assert text.count(report.HAND_WRITTEN) == 1 and text.rstrip().endswith("## Measured by hand\n\nkept")
