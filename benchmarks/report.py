@@ -657,6 +657,39 @@ def mm_section(res: dict[str, Any]) -> list[str]:
     return out + [_table(heads, rows), ""]
 
 
+def overload_section(path: Path) -> list[str]:
+    """``benchmarks/overload_signal.py``: CPU and queue time against rising load (the HPA's signal)."""
+    if not path.is_file():
+        return []
+    o = json.loads(path.read_text())
+    rows = [
+        [
+            r["concurrency"],
+            _f(r.get("requests_per_s")) if "error" not in r else "failed",
+            _f(r.get("p50_ms"), 2),
+            _f(r.get("server_cpu_cores"), 2),
+            _f(r.get("queue_us_per_request_chat_render"), 0),
+            _f(r.get("queue_us_per_request_tokenize"), 0),
+        ]
+        for r in o["rows"]
+    ]
+    heads = ["concurrency", "req/s", "p50 ms", "server CPU, cores", "queue us/request chat_render"]
+    heads += ["queue us/request tokenize"]
+    return [
+        "## Autoscaling signal\n",
+        f"`python -m benchmarks.overload_signal` ({o['measured']}, {o['cpus']} shared cores, "
+        f"{o['seconds_per_step']:g} s per step, instances {o['instances']}): perf_analyzer gRPC drives "
+        "`render_chat` (chat_mix) at rising concurrency past saturation; each stage's queue time per request "
+        "comes from Triton's own metrics over the step, the CPU from the server's process tree. Throughput "
+        "stops growing early; the server's CPU stays flat from there on whatever the overload, while the "
+        "queue time per request keeps growing with it. The HorizontalPodAutoscaler therefore scales on queue "
+        "time (`docker/k8s/base/hpa.yaml`, through `docker/k8s/metrics/prometheus-adapter-values.yaml`), CPU "
+        "only as the fallback.\n",
+        _table(heads, rows),
+        "",
+    ]
+
+
 def gpu_section(path: Path) -> list[str]:
     """``make gpu-check``'s figures, when a GPU host ran it (``benchmarks/gpu_check.py``)."""
     out = ["## GPU: `mm_process` on a CUDA device against its CPU path\n"]
@@ -1064,6 +1097,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         lines.append("")
     lines += mm_section(res)
     lines += gpu_section(ROOT / "benchmarks" / "results" / "gpu_check.json")
+    lines += overload_section(ROOT / "benchmarks" / "results" / "overload_signal.json")
     lines += engine_section(res)
     lines += front_section(res)
     lines.append("## Reproduce\n")

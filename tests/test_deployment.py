@@ -163,6 +163,24 @@ def test_overlay_has_every_piece(rendered, overlay):
         assert c["image"].endswith(":cpu")
 
 
+def test_autoscaler_scales_on_the_queue_time_metric_the_adapter_publishes(rendered):
+    """The HPA's Pods metric is the one the prometheus-adapter rules publish, built from Triton
+    metrics of models this repository has (docker/k8s/metrics/prometheus-adapter-values.yaml)."""
+    values = yaml.safe_load((ROOT / "docker" / "k8s" / "metrics" / "prometheus-adapter-values.yaml").read_text())
+    (rule,) = values["rules"]["custom"]
+    for overlay in ("cpu", "gpu"):
+        hpa = one(rendered[overlay], "HorizontalPodAutoscaler")
+        pods = [m["pods"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+        assert [p["metric"]["name"] for p in pods] == [rule["name"]["as"]], overlay
+        assert float(pods[0]["target"]["averageValue"]) > 0
+        assert any(m["type"] == "Resource" for m in hpa["spec"]["metrics"]), "CPU stays as the fallback"
+    stages = re.search(r'model=~"([^"]+)"', rule["seriesQuery"]).group(1).split("|")
+    assert all((ROOT / "model_repository" / m).is_dir() for m in stages), stages
+    for metric in ("nv_inference_queue_duration_us", "nv_inference_request_success"):
+        assert metric in rule["metricsQuery"]
+    assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+
+
 def test_loadtest_job_targets_the_service(rendered):
     job = one(rendered["loadtest"], "Job")
     (c,) = job["spec"]["template"]["spec"]["containers"]
@@ -374,7 +392,11 @@ def test_health_and_metrics_endpoints_the_manifests_use(container):
             time.sleep(0.5)
     url = f"http://{settings.host}:{settings.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as r:
-        assert "nv_inference_request_success" in r.read().decode()
+        text = r.read().decode()
+    # What the autoscaler's adapter rule reads, per stage.
+    for metric in ("nv_inference_request_success", "nv_inference_queue_duration_us"):
+        for model in ("tokenize", "chat_render"):
+            assert re.search(rf'^{metric}{{model="{model}",', text, re.M), (metric, model)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
