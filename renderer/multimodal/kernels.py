@@ -1,9 +1,10 @@
 """Per-pixel kernels: uint8 RGB to normalized float32, fused with each family's layout.
 
-Exactness: HF's image processors rescale (``float64(x) * factor`` cast to float32) and then
+Exactness: HF's PIL-based ("slow") image processors rescale (``float64(x) * factor`` cast to float32) and then
 normalize (``(x - mean) / std`` in float32). A uint8 input has only 256 values per channel, so
 ``build_lut`` runs exactly those numpy operations once on ``arange(256)`` and the kernels only
-gather from the table: the output is bit-identical to HF's for the same resized pixels.
+gather from the table: the output is bit-identical to HF's for the same resized pixels. The
+torchvision-based ("fast") processors fuse the two steps; ``build_lut_fast`` tabulates theirs.
 
 The kernels are numba-compiled (``nopython``, ``nogil`` so threads overlap, ``cache=True`` so a
 restarted server skips compilation; if the package directory is not writable they compile without
@@ -58,6 +59,32 @@ def build_lut(
         std = np.array(image_std, dtype=np.float32)
         v = ((v.T - mean) / std).T  # the exact expression of transformers' normalize()
     return np.ascontiguousarray(v, dtype=np.float32)
+
+
+def build_lut_fast(
+    do_rescale: bool,
+    rescale_factor: float,
+    do_normalize: bool,
+    image_mean: Sequence[float],
+    image_std: Sequence[float],
+) -> np.ndarray:
+    """(3, 256) float32 table of the torchvision-backed processors' values: with both steps on they
+    fold the rescale into mean and std (``mean / factor``, ``std / factor`` as float32 tensors) and
+    compute ``(float32(x) - mean') / std'``; one step alone is ``x * factor`` or ``(x - mean) / std``.
+    Run with torch's own operators on every byte value, so the table holds exactly their results."""
+    import torch
+
+    x = torch.arange(256, dtype=torch.uint8).expand(3, 1, 256)  # (C, 1, 256): a 1 x 256 image per channel
+    if do_normalize:
+        mean, std = torch.tensor(image_mean), torch.tensor(image_std)
+        if do_rescale:
+            mean, std = mean * (1.0 / rescale_factor), std * (1.0 / rescale_factor)
+        v = x.to(torch.float32).sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
+    elif do_rescale:
+        v = x * rescale_factor
+    else:
+        v = x.to(torch.float32)
+    return np.ascontiguousarray(v.reshape(3, 256).numpy(), dtype=np.float32)
 
 
 @_jit

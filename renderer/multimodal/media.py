@@ -33,6 +33,7 @@ import base64
 import binascii
 import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -203,23 +204,25 @@ def _check_size(n: int, limits: MediaLimits) -> None:
 
 
 def _decode_data_url(url: str, limits: MediaLimits) -> bytes:
-    header, sep, payload = url.partition(",")
+    # vLLM's reading of RFC 2397 (its MediaConnector): the last parameter must be exactly
+    # "base64"; the media type is not checked (the bytes say what they are); its messages.
+    spec, sep, payload = url[len("data:") :].partition(",")
     if not sep:
-        raise MediaLoadError("Invalid data URL: missing ',' between the header and the data.")
-    media_type, *params = header[len("data:") :].split(";")
-    if media_type and not media_type.lower().startswith("image/"):
-        raise MediaLoadError(f"Invalid data URL: media type {media_type!r} is not an image type.")
-    if "base64" not in (p.lower() for p in params):
-        raise MediaLoadError("Invalid data URL: only base64-encoded data URLs are supported.")
+        raise MediaLoadError(f"Invalid data URL {url[:32]!r}: missing ',' separator.")
+    _, sep, encoding = spec.rpartition(";")
+    if not sep or encoding != "base64":
+        raise MediaLoadError("Only base64 data URLs are supported for now.")
     # Base64 inflates by 4/3: refuse on the encoded length before allocating the decoded bytes.
     if len(payload) * 3 // 4 > limits.max_bytes + 3:
         raise MediaTooLargeError(
             f"The image is about {len(payload) * 3 // 4} bytes, more than the limit of {limits.max_bytes} bytes."
         )
     try:
-        data = base64.b64decode("".join(payload.split()), validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise MediaLoadError(f"Invalid data URL: the data is not valid base64 ({e}).") from None
+        # Strict, whitespace included, as vLLM decodes (pybase64, validate=True), which answers
+        # every malformed input with this one message.
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise MediaLoadError("Non-base64 digit found") from None
     _check_size(len(data), limits)
     return data
 
@@ -284,38 +287,48 @@ _EXIF_ORIENTATION = 0x0112
 
 
 def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
-    """Decode image bytes, checking the header's pixel count before decoding pixels."""
-    from PIL import Image, UnidentifiedImageError
+    """Decode image bytes, checking the header's pixel count before decoding pixels. Failures
+    carry vLLM's words (``Failed to load image: `` and Pillow's message, its memory address
+    dropped as vLLM's error handler drops it)."""
+    from PIL import Image
 
     try:
         img = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)  # lazy: reads the header only
-    except UnidentifiedImageError:
-        raise ImageFormatError(
-            "The data is not an image in a format vLLM accepts (" + ", ".join(ALLOWED_IMAGE_FORMATS) + ")."
-        ) from None
     except Image.DecompressionBombError as e:
-        raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
+        # vLLM lets this one through as a 500 with Pillow's words; a client error here.
+        raise ImageTooLargeError(_sanitized(e)) from None
+    except Image.UnidentifiedImageError as e:  # not an image, or a format vLLM does not open
+        raise ImageFormatError(f"Failed to load image: {_sanitized(e)}") from None
     except Exception as e:  # noqa: BLE001 (each format plugin raises its own kinds)
-        raise ImageDecodeError(f"The image header cannot be read: {e}") from None
+        raise ImageDecodeError(f"Failed to load image: {_sanitized(e)}") from None
     width, height = img.size
     if width < 1 or height < 1:
         raise ImageDecodeError(f"The image has an empty size {width}x{height}.")
     if width * height > limits.max_pixels:
         raise ImageTooLargeError(
-            f"The image is {width}x{height} = {width * height} pixels, more than the limit of "
-            f"{limits.max_pixels} pixels."
+            f"Image dimensions {width}x{height} ({width * height} pixels) exceed the maximum of "
+            f"{limits.max_pixels} pixels. Set MAX_IMAGE_PIXELS to increase this limit."
         )
     fmt = img.format
     try:
         img = _upright(img)
         img.load()
     except Image.DecompressionBombError as e:
-        raise ImageTooLargeError(f"The image is too large to decode safely: {e}") from None
+        raise ImageTooLargeError(_sanitized(e)) from None
     except Exception as e:  # noqa: BLE001 (truncated streams raise OSError, corrupt ones assorted errors)
-        raise ImageDecodeError(f"The image data is truncated or corrupt: {e}") from None
+        raise ImageDecodeError(f"Failed to load image: {_sanitized(e)}") from None
     mode = img.mode
     rgb = to_rgb_array(img)
     return LoadedImage(rgb=rgb, source_mode=mode, source_format=fmt)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def _sanitized(e: BaseException) -> str:
+    """An exception's message without object addresses (``<_io.BytesIO object at 0x..>``), as vLLM
+    sanitizes the messages it returns."""
+    return _ADDRESS.sub(">", str(e))
 
 
 def _upright(img: "Image.Image") -> "Image.Image":

@@ -9,7 +9,7 @@ One call does, in order (cheap checks first, so a bad request fails before any d
 3. per item: with a ``uuid``, look it up in the processor cache (no decoding on a hit; a uuid
    without data must hit); otherwise read its bytes (limits in ``media``); bytes seen before
    map straight to their content hash (a hit without decoding); else decode, hash the pixels
-   and look that up; process on a miss (Pillow resize + numba kernels);
+   and look that up; process on a miss (the family's resize + numba kernels);
 4. replace each placeholder token by the item's run and record its range (vLLM's
    ``PlaceholderRange`` semantics: offset of the run's first token in the new ids, length of the
    run; Pixtral's run includes its ``[IMG_BREAK]``/``[IMG_END]`` tokens, Qwen2-VL's is the
@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..chat.messages import MultiModalItem
+from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
 from ..params import LengthLimit
 from ..errors import (
     MultiModalCacheMissError,
@@ -141,9 +142,11 @@ class MultiModalProcessor:
         limits: MediaLimits | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         device: str = "cpu",
+        image_processor: str = DEFAULT_IMAGE_PROCESSOR,
     ) -> "MultiModalProcessor":
-        """The processor a model folder's ``config.json`` / ``preprocessor_config.json`` call for."""
-        return cls(load_family(model_dir), limits=limits, cache_bytes=cache_bytes, device=device)
+        """The processor a model folder's ``config.json`` / ``preprocessor_config.json`` call for,
+        resizing and normalizing as ``image_processor`` says ("fast" or "slow", see ``families``)."""
+        return cls(load_family(model_dir, image_processor), limits=limits, cache_bytes=cache_bytes, device=device)
 
     # --- what other stages need to know ---------------------------------------------------------
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnsupportedMultiModalError
+from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
 from ..model_info import read_json_object
 from .families import ImageFamily, PixtralFamily, Qwen2VLFamily
 
@@ -39,16 +40,18 @@ def detect_family(model_dir: str | Path) -> str | None:
     return None
 
 
-def load_family(model_dir: str | Path) -> ImageFamily:
-    """The configured family for a model folder; refuses folders no family supports."""
+def load_family(model_dir: str | Path, image_processor: str = DEFAULT_IMAGE_PROCESSOR) -> ImageFamily:
+    """The configured family for a model folder, processing as ``image_processor`` ("fast": the
+    torchvision-based HF processor vLLM gets on a standard install; "slow": the PIL-based one);
+    refuses folders no family supports."""
     d = Path(model_dir)
     name = detect_family(d)
     config: dict[str, Any] = read_json_object(d / "config.json")
     pp = read_json_object(d / "preprocessor_config.json")
     if name == "qwen2_vl":
-        return Qwen2VLFamily(d, pp, config)
+        return Qwen2VLFamily(d, pp, config, image_processor)
     if name == "pixtral":
-        return PixtralFamily(d, pp, config, read_json_object(d / "processor_config.json"))
+        return PixtralFamily(d, pp, config, read_json_object(d / "processor_config.json"), image_processor)
     raise UnsupportedMultiModalError(
         f"The model in {d} has no supported image processor (model_type {config.get('model_type')!r}); "
         f"supported families: {', '.join(SUPPORTED)}."

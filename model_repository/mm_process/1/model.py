@@ -13,6 +13,7 @@ import triton_python_backend_utils as pb_utils
 
 from renderer.chat.messages import MultiModalItem
 from renderer.chat_stage import MediaKwargs
+from renderer.media_defaults import DEFAULT_IMAGE_PROCESSOR
 from renderer.multimodal.media import MediaLimits
 from renderer.multimodal.processor import MultiModalProcessor
 from renderer.multimodal.tensors import image_tensors
@@ -25,7 +26,11 @@ class TritonPythonModel:
         p = io.model_params(args)
         limits = MediaLimits.from_config(p)
         self.processor = MultiModalProcessor.from_model_dir(
-            p["model_dir"], limits=limits, cache_bytes=int(p["cache_bytes"]), device=p.get("device", "cpu")
+            p["model_dir"],
+            limits=limits,
+            cache_bytes=int(p["cache_bytes"]),
+            device=p.get("device", "cpu"),
+            image_processor=p.get("image_processor") or DEFAULT_IMAGE_PROCESSOR,
         )
         self.processor.warmup()  # compiles the numba kernels before the first request
         self.image_tensors = image_tensors(self.processor.family.name)
