@@ -79,6 +79,11 @@ genai-perf: $(GENAI_PERF_VENV)/.installed
 engine-vllm: model
 	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install
 
+# Opt-in: torchvision beside torch (recording the image fixtures, tests/fixtures/vllm/make_images.py).
+.PHONY: vision-venv
+vision-venv: engine-vllm
+	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install-vision
+
 # --- benchmarks (never part of `make test`; see docs/PERFORMANCE.md) ---------------------------
 .PHONY: perf-analyzer bench bench-peer
 BENCH_ENV := BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models HF_HUB_OFFLINE=1

@@ -110,6 +110,10 @@ class ChatStage:
         """Compile the model's template before the first request (see ``ChatRenderer.warmup``)."""
         return self.chat.warmup()
 
+    def close(self) -> None:
+        """Stop the request-template worker process, if any."""
+        self.chat.close()
+
     def render(self, raw_messages: str | None, chat_params: Mapping[str, Any] | None) -> ChatStageOutput:
         """One request: ``messages`` JSON text and the parsed ``chat_params`` bag."""
         messages = messages_from_json(raw_messages)

@@ -169,6 +169,11 @@ class UntrustedChatTemplateError(ChatTemplateError):
     """A request supplied a chat template and the server does not trust request templates."""
 
 
+class UntrustedMultiModalKwargsError(RenderError):
+    """A request supplied ``mm_processor_kwargs`` or ``media_io_kwargs`` and the server does not
+    trust them (vLLM's ``--trust-request-mm-kwargs``, off by default)."""
+
+
 class EmbedsError(PromptError):
     """Prompt embeddings that cannot be used (vLLM's wording)."""
 
@@ -233,6 +238,11 @@ class UnsupportedMultiModalError(MultiModalError):
     """A modality, input kind or model family the multimodal stage does not support."""
 
 
+class UnsupportedImageProcessorError(UnsupportedMultiModalError):
+    """An ``IMAGE_PROCESSOR`` setting that is not "fast" or "slow", or a model whose resampling
+    filter the chosen processor cannot run (a deployment error, raised when the stage loads)."""
+
+
 class ImageAspectRatioError(MultiModalError):
     """An image too elongated for the model's resize rule (Qwen2-VL's smart_resize refuses > 200)."""
 
@@ -253,3 +263,46 @@ class MaxTokensError(InvalidParamsError):
 
 class LengthLimitError(TensorError):
     """The ``length_limit`` tensor ``tokenize`` hands on is not (max_total_tokens, max_output_tokens)."""
+
+
+# --- template worker (request-supplied chat templates render in a separate process) -----------
+
+
+class ChatTemplateWorkerError(ChatTemplateLimitError):
+    """A request's template failed in its render worker in a way the template's own errors do not
+    name; the worker was replaced."""
+
+
+class ChatTemplateSizeError(ChatTemplateLimitError):
+    """A request's template is larger than ``REQUEST_TEMPLATE_MAX_BYTES`` (checked before parsing)."""
+
+
+class ChatTemplateTimeoutError(ChatTemplateLimitError):
+    """A request's template ran past its wall-clock deadline or CPU limit; the worker was killed."""
+
+
+class ChatTemplateResourceError(ChatTemplateLimitError):
+    """A template ran out of memory: for a request's template, its worker's address-space cap
+    (``REQUEST_TEMPLATE_MEMORY_MB``)."""
+
+
+class ChatTemplateWorkerCrashError(ChatTemplateWorkerError):
+    """A request's template crashed its render worker (a signal such as SIGSEGV from a C-stack
+    overflow, or an unexpected exit)."""
+
+
+# --- hostile input ------------------------------------------------------------------------------
+
+
+class ParamsNestingError(InvalidParamsError):
+    """A JSON parameter bag (``chat_params`` fields such as ``chat_template_kwargs``,
+    ``tokenize_params``, ``sampling_params``) nests deeper than ``MAX_NESTING_DEPTH``."""
+
+
+class ChatTemplateNestingError(ChatTemplateSyntaxError):
+    """A chat template nests too deeply to parse or compile (Jinja's parser recursion, Python's
+    limit of 20 statically nested blocks, its compiler's recursion) or is too large to compile."""
+
+
+class ChatTemplateLiteralError(ChatTemplateSyntaxError):
+    """A chat template holds an integer literal longer than Python converts (4300 digits)."""

@@ -19,6 +19,7 @@ from .errors import (
     TruncationSizeError,
     UnknownFieldError,
 )
+from .request_json import check_depth
 
 TRUNCATION_SIDES = ("left", "right")
 
@@ -194,6 +195,8 @@ class TokenizeParams:
         """Overlay a request's ``tokenize_params`` on these defaults, validating every field."""
         if not bag:
             return self
+        # Before an error message's repr() of a value recurses into it.
+        check_depth(bag, "tokenize_params")
         if not isinstance(bag, Mapping):
             raise FieldTypeError("request", "tokenize_params", "a JSON object", bag)
         unknown = [k for k in bag if k not in REQUEST_FIELDS]

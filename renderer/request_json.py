@@ -1,18 +1,132 @@
-"""JSON text of a request field (a ``*_params`` bag, ``messages``) parsed with a named error."""
+"""JSON text of a request field (a ``*_params`` bag, ``messages``) parsed with a named error, and
+the nesting-depth limit every request field is held to.
+
+Depth is checked with iterative walks, before any recursive step (pydantic's validation, a deep
+copy, ``json.dumps``) sees the value: those raise ``RecursionError`` somewhere near Python's limit
+of 1000 frames, which would otherwise surface as a 500.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+import sys
+from typing import Any, Iterable, Mapping
 
-from .errors import InvalidJSONError
+from .errors import InvalidJSONError, ParamsNestingError, RequestNestingError
+
+MAX_NESTING_DEPTH = 1000
+"""Deepest nesting of lists and objects a JSON input may have (the outermost container is level
+1). vLLM 0.32 itself has no limit of its own: its request models (pydantic) accept any depth, and
+its HTTP body parse (stdlib ``json.loads`` under Python's recursion limit) accepts a body nested
+963 deep and answers 400 "There was an error parsing the body" above that (measured with vLLM's
+render app). This limit is above that figure, so whatever vLLM accepts is accepted here; the
+renderer's own walks and copies are iterative, and ``RECURSION_LIMIT`` gives the recursive steps
+that remain (``json.loads`` / ``json.dumps``, pydantic, a template's ``tojson``) room for this
+depth on top of the stub's own stack."""
+
+RECURSION_LIMIT = 4 * MAX_NESTING_DEPTH
+"""Python's recursion limit in the processes that render requests (raised on import, never
+lowered): Python's default of 1000 frames would refuse a value nested 963 deep that vLLM accepts
+as soon as the stack below it is 40 frames deep. C-level recursion per level is a few hundred
+bytes of stack, far inside the 8 MiB the stubs' threads have at this depth."""
+
+if sys.getrecursionlimit() < RECURSION_LIMIT:
+    sys.setrecursionlimit(RECURSION_LIMIT)
+
+# Fields whose over-deep values are an invalid chat request rather than an invalid parameter.
+_REQUEST_FIELDS = ("messages", "tools", "documents")
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def parse_json(text: str, name: str) -> Any:
-    """``text`` as JSON; ``InvalidJSONError`` naming the field ``name`` and where it broke."""
+    """``text`` as JSON; ``InvalidJSONError`` naming the field ``name`` and where it broke, a
+    nesting error when it nests deeper than ``MAX_NESTING_DEPTH``."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidJSONError(name, f"{e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:
-        raise InvalidJSONError(name, "nested too deeply") from None
+        raise nesting_error(name) from None
+    if text.count("[") + text.count("{") > MAX_NESTING_DEPTH:  # else it cannot nest that deep
+        check_depth(value, name)
+    return value
+
+
+def nesting_error(field: str) -> RequestNestingError | ParamsNestingError:
+    """The named error for ``field`` nested deeper than the limit."""
+    message = f"{field} is nested more than {MAX_NESTING_DEPTH} levels deep (lists and objects); the limit is {MAX_NESTING_DEPTH}."
+    root = re.split(r"[.\[]", field, maxsplit=1)[0]
+    cls = RequestNestingError if root in _REQUEST_FIELDS else ParamsNestingError
+    return cls(message)
+
+
+def check_depth(value: Any, field: str, start: int = 0) -> None:
+    """Raise a nesting error naming ``field`` if ``value`` (itself at level ``start``) nests deeper
+    than ``MAX_NESTING_DEPTH``. Iterative; a value with few containers returns at once."""
+    if nesting_depth(value, MAX_NESTING_DEPTH - start) is not None:
+        raise nesting_error(field)
+
+
+def nesting_depth(value: Any, limit: int) -> int | None:
+    """The depth of ``value`` if it exceeds ``limit`` (lists, tuples and dicts count a level
+    each), else None. Stops at the first branch over the limit."""
+    if not isinstance(value, (list, tuple, dict)):
+        return None
+    if limit < 1:
+        return 1
+    stack: list[tuple[Iterable[Any], int]] = [(_children(value), 1)]
+    while stack:
+        children, depth = stack[-1]
+        for child in children:
+            if isinstance(child, (list, tuple, dict)):
+                if depth + 1 > limit:
+                    return depth + 1
+                stack.append((_children(child), depth + 1))
+                break
+        else:
+            stack.pop()
+    return None
+
+
+def json_text_depth(text: str, limit: int) -> int | None:
+    """The bracket depth of JSON ``text`` if it exceeds ``limit``, else None, without parsing it
+    (brackets inside strings do not count)."""
+    if text.count("[") + text.count("{") <= limit:
+        return None  # cannot nest deeper than it has brackets
+    depth = 0
+    for m in _STRING_OR_BRACKET.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > limit:
+                return depth
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+def json_copy(value: Any) -> Any:
+    """A structural copy of JSON data (objects and lists copied, leaves shared), iterative so any
+    depth the parse accepted copies without ``RecursionError``; mappings become dicts."""
+    if not isinstance(value, (Mapping, list)):
+        return value
+    root: Any = {} if isinstance(value, Mapping) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        src, dst = stack.pop()
+        items = src.items() if isinstance(src, Mapping) else enumerate(src)
+        for key, child in items:
+            if isinstance(child, (Mapping, list)):
+                child_copy: Any = {} if isinstance(child, Mapping) else []
+                stack.append((child, child_copy))
+                child = child_copy
+            if isinstance(dst, dict):
+                dst[key] = child
+            else:
+                dst.append(child)
+    return root
+
+
+def _children(value: Any) -> Iterable[Any]:
+    return iter(value.values()) if isinstance(value, dict) else iter(value)

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from renderer import media_defaults
+from renderer import media_defaults, template_defaults
 from serving.flags import parse_flag
 from serving.watchdog import TOKEN_HEADER, alive, server_ready
 
@@ -66,6 +66,9 @@ class Settings:
     """Largest width x height an image header may declare (vLLM's ``VLLM_MAX_IMAGE_PIXELS``)."""
     media_fetch_timeout_s: float = media_defaults.DEFAULT_FETCH_TIMEOUT_S
     """Timeout of one allow-listed image download (vLLM's ``VLLM_IMAGE_FETCH_TIMEOUT``)."""
+    image_processor: str = media_defaults.DEFAULT_IMAGE_PROCESSOR
+    """"fast": images resized and normalized as transformers' torchvision-based processors do, what
+    vLLM runs wherever torchvision is installed; "slow": as the PIL-based ones (``use_fast=False``)."""
     encoder_decoder_model_dir: str = ""
     """Encoder-decoder model for the encoder-decoder ensembles. Empty: the tiny built-in BART."""
     build_dir: str = str(ROOT / "build")
@@ -117,6 +120,15 @@ class Settings:
     trust_request_chat_template: bool = False
     """vLLM's ``--trust-request-chat-template``: off, a chat template sent with a request (or in its
     ``chat_template_kwargs``) is refused with vLLM's message; on, it renders in the sandbox."""
+    trust_request_mm_kwargs: bool = False
+    """vLLM's ``--trust-request-mm-kwargs``: off, a request's ``mm_processor_kwargs`` or
+    ``media_io_kwargs`` is refused with vLLM's message; on, they apply to its images."""
+    request_template_timeout_s: float = template_defaults.DEFAULT_TIMEOUT_S
+    """Wall-clock deadline of one request template's analysis or render in its worker process."""
+    request_template_memory_mb: int = template_defaults.DEFAULT_MEMORY_MB
+    """Address-space cap (``RLIMIT_AS``) of the worker process that renders request templates."""
+    request_template_max_bytes: int = template_defaults.DEFAULT_MAX_BYTES
+    """Largest chat template a request may send, checked before it is parsed."""
     max_model_len: int = 0
     """Context length; 0 takes the model config's. It bounds ``tokenize`` (and ``mm_process``,
     through the limit ``tokenize`` hands on) and ``tokenize_enc_dec``, capped there at the
@@ -273,6 +285,10 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
         "trust_request_chat_template": "true" if s.trust_request_chat_template else "false",
+        "trust_request_mm_kwargs": "true" if s.trust_request_mm_kwargs else "false",
+        "request_template_timeout_s": str(s.request_template_timeout_s),
+        "request_template_memory_mb": str(s.request_template_memory_mb),
+        "request_template_max_bytes": str(s.request_template_max_bytes),
         "max_model_len": str(s.max_model_len),
         "tokenizer_backend": s.tokenizer_backend,
         "mm_cache_bytes": str(s.mm_cache_bytes),
@@ -282,6 +298,7 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "max_image_bytes": str(s.max_image_bytes),
         "max_image_pixels": str(s.max_image_pixels),
         "media_fetch_timeout_s": str(s.media_fetch_timeout_s),
+        "image_processor": s.image_processor,
         **family_vars(family),
     }
 

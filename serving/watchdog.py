@@ -11,6 +11,11 @@ backend leaves behind.
 In-flight requests of the dead stub fail (500, "... is not healthy"); requests after the reload
 succeed. The reload takes as long as Triton's unload of the broken instance (~15 s here).
 
+The reload starts a new stub for every instance, but Triton 2.51 leaves the surviving stubs of
+the old instances running (with their memory and /dev/shm regions) long after. Once the model
+has as many new stubs as it had before, the watchdog ends the old ones (SIGTERM, then SIGKILL
+after a grace period) and unlinks their regions too.
+
 The supervisor (``serving/supervisor.py``) starts one watchdog per tritonserver it runs, and itself
 restarts a tritonserver that dies; a watchdog ends with its server.
 """
@@ -21,6 +26,7 @@ import argparse
 import http.client
 import logging
 import os
+import signal
 import sys
 import time
 import urllib.error
@@ -109,6 +115,39 @@ def server_ready(http_url: str) -> bool:
         return False
 
 
+def retire_old_stubs(server_pid: int, model: str, old: dict[int, Stub], grace_s: float = 5.0) -> list[Stub]:
+    """End the stubs of ``model``'s old instances that outlived its reload, and unlink their
+    regions; returns those ended. Only once the model has as many new stubs as it had before
+    (new ones serve it; if the reload kept some old instance, nothing is touched)."""
+    current = stubs_of(server_pid)
+    new = [s for pid, s in current.items() if s.model == model and pid not in old]
+    survivors = [s for pid, s in old.items() if s.model == model and pid in current]
+    if not survivors or len(new) < sum(1 for s in old.values() if s.model == model):
+        return []
+    for s in survivors:
+        _signal(s.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(alive(s.pid) for s in survivors) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for s in survivors:
+        if alive(s.pid):
+            _signal(s.pid, signal.SIGKILL)
+    while any(alive(s.pid) for s in survivors) and time.monotonic() < deadline + grace_s:
+        time.sleep(0.05)
+    for s in survivors:
+        if s.region:
+            Path("/dev/shm", s.region).unlink(missing_ok=True)
+    log.warning("ended %d stub(s) of model %s's old instances: %s", len(survivors), model, [s.pid for s in survivors])
+    return survivors
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -> None:
     # Loading starts and stops short-lived stubs (config auto-complete): watch only once the
     # server is ready, when every stub left is a serving one.
@@ -125,6 +164,7 @@ def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -
                 try:
                     if reload_model(http_url, model, token):
                         log.warning("model %s reloaded", model)
+                        retire_old_stubs(server_pid, model, known)
                 except ServerGoneError:
                     return
             for s in dead:

@@ -28,6 +28,7 @@ from renderer.errors import (
     MaxTokensError,
     MultiModalLimitError,
     PromptTooLongError,
+    UntrustedMultiModalKwargsError,
 )
 from renderer.generation_request import GenerationRequest, require_max_tokens
 from renderer.multimodal.media import MediaLimits
@@ -92,7 +93,7 @@ def test_a_text_only_model_refuses_images_with_vllms_limit(model_dir):
 
 
 def test_an_image_model_writes_placeholders_and_hands_on_items_and_kwargs(vlm_dir):
-    stage = ChatStage.from_model_dir(vlm_dir)
+    stage = ChatStage.from_model_dir(vlm_dir, trust_request_mm_kwargs=True)
     assert stage.multimodal and stage.family == "qwen2_vl"
     messages = json.dumps([{"role": "user", "content": [IMAGE_PART, IMAGE_PART, {"type": "text", "text": "two"}]}])
     out = stage.render(messages, {"mm_processor_kwargs": {"max_pixels": 3136}})
@@ -100,6 +101,13 @@ def test_an_image_model_writes_placeholders_and_hands_on_items_and_kwargs(vlm_di
     assert json.loads(out.mm_items_json[0])["data"] == IMAGE_PART["image_url"]["url"]
     kwargs = MediaKwargs.from_bag(json.loads(out.media_kwargs.to_json()))
     assert kwargs == MediaKwargs({"max_pixels": 3136}, None)
+    # Untrusted (vLLM's default): the same kwargs are refused, with vLLM's words; an empty bag passes.
+    default = ChatStage.from_model_dir(vlm_dir)
+    with pytest.raises(UntrustedMultiModalKwargsError, match=r"^Per-request mm_processor_kwargs are disabled"):
+        default.render(messages, {"mm_processor_kwargs": {"max_pixels": 3136}})
+    with pytest.raises(UntrustedMultiModalKwargsError, match=r"\(parameter=media_io_kwargs\)$"):
+        default.render(messages, {"media_io_kwargs": {"image": {"x": 1}}})
+    assert default.render(messages, {"mm_processor_kwargs": {}}).mm_items_json
     limited = ChatStage.from_model_dir(vlm_dir, media_limits=MediaLimits(max_items={"image": 16}))
     with pytest.raises(MultiModalLimitError, match="At most 16 image"):
         limited.render(json.dumps([{"role": "user", "content": [IMAGE_PART] * 17}]), None)

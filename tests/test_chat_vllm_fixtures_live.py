@@ -86,7 +86,9 @@ def test_server_answers_as_vllm(case, protocol, servers, trust):
         try:
             r = c.render_chat(case["messages"], chat_params=case["chat_params"])
         except RequestError as e:
-            assert case["status"] == 400, f"vLLM rendered this; the server answered {e!r}"
+            # vLLM answers a few of these 501 (data URLs it does not implement) or 500 (Pillow's
+            # decompression-bomb guard); a client error here, with the same words.
+            assert case["status"] >= 400, f"vLLM rendered this; the server answered {e!r}"
             assert e.is_client_error, f"a client error in vLLM, {e.kind} here: {e!r}"
             if not case["message_names_model"]:  # vLLM's message names its own model folder
                 assert ENSEMBLE_PREFIX.sub("", e.message) == case["message"]

@@ -10,7 +10,6 @@ own message, as vLLM passes it on.
 
 from __future__ import annotations
 
-import copy
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -20,6 +19,7 @@ import jinja2.meta
 from ..errors import (
     ChatTemplateLimitError,
     ChatTemplateRenderError,
+    ChatTemplateResourceError,
     ChatTemplateSecurityError,
     ChatTemplateSyntaxError,
     ContinueFinalMessageError,
@@ -27,8 +27,9 @@ from ..errors import (
     InvalidParamsError,
     RenderError,
 )
+from ..request_json import json_copy
 from .params import HF_CONFLICT_MESSAGE, TEMPLATE_CHOICE_KWARGS
-from .sandbox import TemplateLimits, compile_template, parse_template, render_text
+from .sandbox import COMPILE_FAILURES, TemplateLimits, compile_error, compile_template, parse_template, render_text
 
 # Parameters of transformers' ``apply_chat_template`` (5.19, vLLM 0.32's): vLLM lets them through
 # the kwargs filter even when the template does not use them. Only tools, documents,
@@ -73,6 +74,8 @@ def template_variables(chat_template: str) -> frozenset[str]:
         # An unknown filter or test fails this analysis; vLLM answers with jinja's text, which
         # names the analysis ("<introspection>") as the file.
         raise ChatTemplateSyntaxError(str(e)) from None
+    except COMPILE_FAILURES as e:  # the analysis recursing too deep, Python's nesting limits: a named 400
+        raise compile_error(e) from None
 
 
 def resolve_template_kwargs(chat_template: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,18 +123,18 @@ def apply_chat_template(
     final_text: str | None = None
     if continue_final:
         try:
-            chat, final_text = _tag_final_message(copy.deepcopy(chat), chat_template, continue_final)
+            chat, final_text = _tag_final_message(json_copy(chat), chat_template, continue_final)
         except TypeError as e:  # a final text that is not a string: vLLM answers with Python's words
             raise ContinueFinalMessageError(str(e)) from None
 
     template = compile_template(chat_template)
     context = {
         "messages": chat,
-        "tools": copy.deepcopy(tools),
-        "documents": copy.deepcopy(documents),
+        "tools": json_copy(tools),
+        "documents": json_copy(documents),
         "add_generation_prompt": add_generation_prompt,
         **special_tokens,
-        **copy.deepcopy(kwargs),
+        **json_copy(kwargs),
     }
     text = _render(template, context, limits)
     if final_text is not None:
@@ -164,7 +167,8 @@ def _render(template: jinja2.Template, context: dict[str, Any], limits: Template
     except RecursionError:
         raise ChatTemplateLimitError("Chat template recursion is too deep.") from None
     except MemoryError:
-        raise ChatTemplateLimitError("Chat template ran out of memory.") from None
+        # In a request template's worker this is its address-space cap (template_worker.py).
+        raise ChatTemplateResourceError("Chat template ran out of memory.") from None
     except Exception as e:  # noqa: BLE001 (the template's own Python errors: TypeError, KeyError, ...)
         raise ChatTemplateRenderError(str(e)) from None
 

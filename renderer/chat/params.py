@@ -19,6 +19,7 @@ from ..errors import (
     GenerationPromptConflictError,
     UnknownFieldError,
 )
+from ..request_json import check_depth
 from .content_format import CONTENT_FORMATS
 
 BAG = "chat_params"
@@ -102,6 +103,8 @@ class ChatParams:
             raise GenerationPromptConflictError(CONFLICT_MESSAGE)
         changes: dict[str, Any] = {}
         for name, value in bag.items():
+            # Before any copy or validation recurses into it (the bag is level 1).
+            check_depth(value, f"{BAG}.{name}", start=1)
             changes[name] = _PARSERS[name](name, value)
         if "chat_template_kwargs" in changes:
             overrides = changes["chat_template_kwargs"] or {}

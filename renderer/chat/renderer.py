@@ -4,6 +4,10 @@ Steps, in vLLM's order: validate the request (vLLM's request models), refuse a r
 unless trusted, settle the content format, parse the messages (collecting media items), pick the
 template (request, processor, tokenizer), turn developer messages into system ones where the
 template does not know the role, filter the template kwargs, render in the sandbox.
+
+The model's own templates render in process. A template sent with the request (trusted, and not
+the name of one of the tokenizer's templates) is size-checked here and otherwise only ever
+parsed, analysed and rendered in a worker process (``template_worker.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ..errors import (
     MultiModalLimitError,
     RenderError,
     UntrustedChatTemplateError,
+    UntrustedMultiModalKwargsError,
 )
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import resolve_content_format
@@ -27,6 +32,7 @@ from .params import ChatParams
 from .request import validate_chat_request
 from .sandbox import TemplateLimits
 from .template import ChatTemplateSource, resolve_chat_template
+from .template_worker import RequestTemplateLimits, TemplateWorker
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +40,17 @@ WARMUP_MESSAGES = [{"role": "user", "content": "warmup"}]
 # Kwargs vLLM passes on as keyword arguments of its own template call, where they collide with its
 # positional ones.
 CALL_ARGUMENT_KWARGS = ("model_config", "tokenizer", "conversation")
+
+
+def untrusted_mm_kwargs_message(name: str, what: str) -> str:
+    """vLLM's refusal of a per-request multimodal kwargs bag, as its error response carries it."""
+    return (
+        f"Per-request {name} are disabled by default because they can change multimodal {what} resource "
+        "usage. Start the server with --trust-request-mm-kwargs only when clients are trusted. "
+        f"(parameter={name})"
+    )
+
+
 UNTRUSTED_TEMPLATE_MESSAGE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
     "Refused request with untrusted chat template."
@@ -69,12 +86,20 @@ class ChatRenderer:
         image_placeholder: str | None = None,
         mm_limits: Mapping[str, int] | None = None,
         trust_request_chat_template: bool = False,
+        request_template_limits: RequestTemplateLimits = RequestTemplateLimits(),
+        trust_request_mm_kwargs: bool = False,
     ) -> None:
         self.source = source
         self.limits = limits
         # vLLM's --trust-request-chat-template: off, a request's own template is refused; on, it
-        # renders (here still inside the sandbox's bounds).
+        # renders in a worker process under kernel-enforced limits (and the sandbox's).
         self.trust_request_chat_template = trust_request_chat_template
+        self.request_template_limits = request_template_limits
+        self.template_worker = TemplateWorker(request_template_limits) if trust_request_chat_template else None
+        """Renders request templates; None when they are refused."""
+        # vLLM's --trust-request-mm-kwargs: off, per-request processor and media-loading kwargs
+        # are refused (they change what preprocessing costs).
+        self.trust_request_mm_kwargs = trust_request_mm_kwargs
         self.image_placeholder = image_placeholder
         # Items allowed per prompt and modality; a text-only model allows none (vLLM's limit 0).
         self.mm_limits = dict(mm_limits) if mm_limits is not None else None
@@ -88,29 +113,66 @@ class ChatRenderer:
         """Render OpenAI chat ``messages``; raises a ``RenderError`` naming what was wrong."""
         request = validate_chat_request(messages, params.tools, params.documents)
         self._check_trust(params)
+        self._check_mm_kwargs(params)
+        if self._is_request_template(params.request_template):
+            self.request_template_limits.check_size(params.request_template)
         # Request kwargs may carry the tools the template sees (vLLM's merge lets them override).
         kw_tools = params.chat_template_kwargs.get("tools")
         tools = kw_tools if kw_tools is not None else request.tools
-        content_format = self._content_format(params, tools)
+        # One deadline for all of a request template's jobs in the worker (analysis, render).
+        content_format, worker_s = self._content_format(params, tools)
         parsed = parse_messages(request.messages, content_format, image_placeholder=self.image_placeholder)
         self._check_mm_limits(parsed.mm_items)
         self._check_call_arguments(params)
         template = resolve_chat_template(self.source, params.request_template, tools)
         conversation = developer_to_system(parsed.conversation, template)
-        kwargs = resolve_template_kwargs(template, params.template_kwargs(request.documents))
-        prompt = apply_chat_template(
-            template,
-            conversation,
-            special_tokens=self.source.special_tokens,
-            template_kwargs=kwargs,
-            tools=tools,
-            limits=self.limits,
-        )
+        kwargs = params.template_kwargs(request.documents)
+        if self._is_request_template(params.request_template):
+            prompt = self._worker().render(
+                template,
+                conversation,
+                special_tokens=self.source.special_tokens,
+                template_kwargs=kwargs,
+                tools=tools,
+                limits=self.limits,
+                timeout_s=self.request_template_limits.timeout_s - worker_s,
+            )
+        else:
+            prompt = apply_chat_template(
+                template,
+                conversation,
+                special_tokens=self.source.special_tokens,
+                template_kwargs=resolve_template_kwargs(template, kwargs),
+                tools=tools,
+                limits=self.limits,
+            )
         return RenderedChat(prompt, conversation, parsed.mm_items, content_format)
+
+    def _is_request_template(self, chat_template: str | None) -> bool:
+        """Whether ``chat_template`` is the request's own text, not absent and not the name of one
+        of the tokenizer's named templates (those are the model's)."""
+        if chat_template is None:
+            return False
+        named = self.source.tokenizer_template
+        return not (isinstance(named, Mapping) and chat_template in named)
+
+    def _worker(self) -> TemplateWorker:
+        # _check_trust refused the request before any request template gets here untrusted.
+        assert self.template_worker is not None
+        return self.template_worker
 
     def _check_trust(self, params: ChatParams) -> None:
         if params.sends_template and not self.trust_request_chat_template:
             raise UntrustedChatTemplateError(UNTRUSTED_TEMPLATE_MESSAGE)
+
+    def _check_mm_kwargs(self, params: ChatParams) -> None:
+        # vLLM checks right after the template's trust, before parsing the messages; an empty
+        # object asks for nothing and passes.
+        if self.trust_request_mm_kwargs:
+            return
+        for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
+            if getattr(params, name):
+                raise UntrustedMultiModalKwargsError(untrusted_mm_kwargs_message(name, what))
 
     @staticmethod
     def _check_call_arguments(params: ChatParams) -> None:
@@ -118,16 +180,20 @@ class ChatRenderer:
             if name in CALL_ARGUMENT_KWARGS:
                 raise InvalidParamsError(f"safe_apply_chat_template() got multiple values for argument {name!r}")
 
-    def _content_format(self, params: ChatParams, tools: Any) -> str:
+    def _content_format(self, params: ChatParams, tools: Any) -> tuple[str, float]:
+        """The content format, and the seconds a request template's worker spent finding it."""
         # vLLM detects the format from the request's ``chat_template`` or the model's, never from
         # a template inside the kwargs; with neither, "auto" means "string".
         if params.chat_template_content_format != "auto":
-            return params.chat_template_content_format
+            return params.chat_template_content_format, 0.0
+        if self._is_request_template(params.chat_template):
+            analysis = self._worker().analyze(params.chat_template)
+            return analysis.content_format, analysis.seconds
         try:
             template = resolve_chat_template(self.source, params.chat_template, tools)
         except ChatTemplateResolutionError:
-            return "string"
-        return resolve_content_format("auto", template)
+            return "string", 0.0
+        return resolve_content_format("auto", template), 0.0
 
     def _check_mm_limits(self, items: tuple[MultiModalItem, ...]) -> None:
         if self.mm_limits is None:
@@ -144,12 +210,21 @@ class ChatRenderer:
         """Async twin of ``render_messages`` (rendering is CPU-bound and short; as in vLLM, it runs inline)."""
         return self.render_messages(messages, params)
 
+    def close(self) -> None:
+        """Stop the request-template worker, if any (a later request template starts another)."""
+        if self.template_worker is not None:
+            self.template_worker.close()
+
     def warmup(self, params: ChatParams | None = None) -> bool:
-        """Render a dummy chat once so the template is compiled before the first request.
+        """Render a dummy chat once so the template is compiled before the first request, and
+        start the request-template worker when request templates are trusted.
 
         Returns whether it rendered; a model without a template, or a template that refuses the
-        dummy chat, is logged and not fatal (vLLM's behaviour).
+        dummy chat, is logged and not fatal (vLLM's behaviour). A worker that cannot start raises
+        ``TemplateWorkerStartError``.
         """
+        if self.template_worker is not None:
+            self.template_worker.start()
         try:
             self.render_messages(WARMUP_MESSAGES, params or ChatParams())
             return True

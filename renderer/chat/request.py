@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError
+from ..request_json import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_error
 
 # --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
 
@@ -319,13 +320,40 @@ def validate_chat_request(messages: Any, tools: Any = None, documents: Any = Non
     Raises ``ChatRequestValidationError`` (or ``EmptyToolsError``) with vLLM's message, and
     ``RequestNestingError`` for input nested too deeply to walk (a 400, never a crash).
     """
+    check_request_depth(messages, tools, documents)
     try:
         return _validate(messages, tools, documents)
-    except RecursionError:
+    except RecursionError:  # a backstop: check_request_depth keeps validation far from the limit
         raise RequestNestingError(NESTING_MESSAGE) from None
 
 
 NESTING_MESSAGE = "The chat request is nested too deeply (messages, tools or documents)."
+# Levels above a tool call's arguments: messages, message, tool_calls, call, function.
+_ARGUMENTS_LEVEL = 5
+
+
+def check_request_depth(messages: Any, tools: Any = None, documents: Any = None) -> None:
+    """Refuse messages, tools or documents nested deeper than ``MAX_NESTING_DEPTH`` (counting the
+    field itself as level 1), and tool-call ``arguments`` JSON text that would parse deeper, with
+    a ``RequestNestingError`` naming the field; iterative, so it cannot itself recurse too deep."""
+    if isinstance(messages, (list, tuple)):
+        for i, message in enumerate(messages):
+            check_depth(message, f"messages[{i}]", start=1)
+            for j, call in enumerate(_tool_calls(message)):
+                function = call.get("function") if isinstance(call, Mapping) else None
+                arguments = function.get("arguments") if isinstance(function, Mapping) else None
+                if isinstance(arguments, str):
+                    if json_text_depth(arguments, MAX_NESTING_DEPTH - _ARGUMENTS_LEVEL) is not None:
+                        raise nesting_error(f"messages[{i}].tool_calls[{j}].function.arguments")
+    else:
+        check_depth(messages, "messages")
+    check_depth(tools, "tools")
+    check_depth(documents, "documents")
+
+
+def _tool_calls(message: Any) -> list[Any]:
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    return list(calls) if isinstance(calls, (list, tuple)) else []
 
 
 def _validate(messages: Any, tools: Any, documents: Any) -> ValidatedChatRequest:
@@ -354,11 +382,7 @@ def content_parts(content: Iterable[Any]) -> list[Any]:
 
 def _copy_json(value: Any) -> Any:
     """A structural copy of JSON data: validation rewrites messages in place, as vLLM's does."""
-    if isinstance(value, Mapping):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
-    return value
+    return json_copy(value)
 
 
 # --- vLLM's wording of a refused request ---------------------------------------------------------

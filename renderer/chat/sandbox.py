@@ -24,11 +24,14 @@ read again.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
 import string
+import sys
 import time
+import traceback
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -41,10 +44,16 @@ import jinja2.ext
 import jinja2.filters
 import jinja2.nodes as nodes
 import jinja2.utils
+import markupsafe
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from ..errors import ChatTemplateLimitError, ChatTemplateSyntaxError
+from ..errors import (
+    ChatTemplateLimitError,
+    ChatTemplateLiteralError,
+    ChatTemplateNestingError,
+    ChatTemplateSyntaxError,
+)
 
 
 @dataclass(frozen=True)
@@ -126,28 +135,101 @@ def render_budget(limits: TemplateLimits) -> Iterator[_Budget]:
 
 
 def render_text(template: jinja2.Template, context: dict[str, Any], limits: TemplateLimits) -> str:
-    """Render ``template`` chunk by chunk, enforcing ``limits`` on time and output size."""
+    """Render ``template`` chunk by chunk, enforcing ``limits`` on time and output size.
+
+    A failed render leaves nothing alive: the template's frames (whose locals may hold a value
+    just refused for its size) are cleared before the error leaves, so the value is freed at once
+    rather than at the next full collection; after a bound was hit, one collection runs.
+    """
     with render_budget(limits) as budget:
         chunks: list[str] = []
         total = 0
-        for chunk in template.generate(**context):
-            total += len(chunk)
-            if total > limits.max_output_chars:
-                raise ChatTemplateLimitError(f"Rendered chat template exceeds {limits.max_output_chars} characters.")
-            budget.check_time()
-            chunks.append(chunk)
+        stream = template.generate(**context)
+        try:
+            for chunk in stream:
+                total += len(chunk)
+                if total > limits.max_output_chars:
+                    raise ChatTemplateLimitError(
+                        f"Rendered chat template exceeds {limits.max_output_chars} characters."
+                    )
+                budget.check_time()
+                chunks.append(chunk)
+        except BaseException as e:
+            chunks.clear()
+            stream.close()
+            release_traceback(e)
+            if isinstance(e, (ChatTemplateLimitError, MemoryError, RecursionError)):
+                gc.collect()
+            raise
         return "".join(chunks)
+
+
+def release_traceback(error: BaseException) -> None:
+    """Clear the locals of the finished frames in ``error``'s traceback and in those of the errors
+    it chains to: a traceback keeps every frame, and every value in it, alive."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb = e.__traceback__
+        if tb is not None:
+            traceback.clear_frames(tb.tb_next)  # not the first: the caller's frame, still running
+        e = e.__cause__ or e.__context__
 
 
 # --- size checks shared by binops, filters and string methods ----------------------------------
 
 _DIGITS = re.compile(r"\d+")
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\d*)(?:\.(\d*))?[hlL]?[a-zA-Z%]")
+# key, width, precision (each a number or "*": taken from the arguments), conversion
+_PERCENT_SPEC = re.compile(r"%(\([^)]*\))?[#0\- +]*(\*|\d*)(?:\.(\*|\d*))?[hlL]?([a-zA-Z%])")
 _MAX_JSON_INDENT = 1000
 
 
+_TEXT = (str, bytes, bytearray)
+
+
 def _sized(value: Any) -> int | None:
-    return len(value) if isinstance(value, (str, list, tuple)) else None
+    return len(value) if isinstance(value, (str, bytes, bytearray, list, tuple)) else None
+
+
+def _text_floor(value: Any, limit: int) -> int:
+    """A lower bound of ``len(str(value))``, computed without building it (stops past ``limit``):
+    so a value whose text could never fit is refused before its text is made."""
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, _TEXT):
+            total += len(v)
+        elif isinstance(v, (list, tuple, set, frozenset, dict)):
+            n = len(v)
+            total += 2 + 2 * max(n - 1, 0)  # brackets, then ", " between items
+            if total > limit:
+                return total
+            if isinstance(v, dict):
+                stack.extend(v.keys())
+                stack.extend(v.values())
+            else:
+                stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            total += max(1, int(v.bit_length() * 0.30102))  # decimal digits, at least
+        else:
+            total += 1
+        if total > limit:
+            return total
+    return total
+
+
+def _check_text_of(values: Iterable[Any], what: str, extra: int = 0) -> None:
+    """Refuse, before any is converted, values whose joined text must exceed the size limit."""
+    budget = _budget()
+    limit = budget.limits.max_output_chars
+    total = extra
+    for v in values:
+        total += len(v) if type(v) is str else _text_floor(v, limit - total)
+        if total > limit:
+            break
+    budget.check_size(total, what)
 
 
 def _check_result(value: Any) -> Any:
@@ -162,20 +244,72 @@ def _check_width(width: Any) -> None:
         _budget().check_size(width, "a padded string")
 
 
-def _check_percent_format(fmt: Any) -> None:
-    # A width or precision in a %-format ("%999999999d") pads the result.
-    if isinstance(fmt, str) and "%" in fmt:
-        _check_spec_numbers(n for m in _PERCENT_SPEC.finditer(fmt) for n in m.groups() if n)
+def _check_percent_format(fmt: Any, args: Any = ()) -> None:
+    """A width or precision in a %-format ("%999999999d") pads the result; "*" takes it from the
+    arguments ("%*s" % (n, s)). The arguments' own text is bounded before it is made."""
+    if isinstance(fmt, (bytes, bytearray)):
+        fmt = bytes(fmt).decode("latin-1")
+    if not isinstance(fmt, str) or "%" not in fmt:
+        return
+    values = list(args) if isinstance(args, tuple) else [args]
+    numbers: list[str] = []
+    i = 0
+    for m in _PERCENT_SPEC.finditer(fmt):
+        key, width, precision, conversion = m.groups()
+        if m.group() == "%%":
+            continue
+        for part in (width, precision):
+            if part == "*":
+                n = values[i] if i < len(values) else None
+                i += 1
+                if isinstance(n, int) and not isinstance(n, bool):
+                    numbers.append(str(abs(n)))
+            elif part:
+                numbers.append(part)
+        if key is None:
+            i += 1
+    _check_spec_numbers(numbers)
+    _check_text_of(args.values() if isinstance(args, dict) else values, "a formatted string", len(fmt))
 
 
-def _check_brace_format(fmt: Any) -> None:
-    # The same for str.format ("{:>999999999}"), nested specs included.
-    if isinstance(fmt, str) and "{" in fmt:
-        try:
-            specs = [spec for _, _, spec, _ in string.Formatter().parse(fmt) if spec]
-        except ValueError:
-            return  # malformed: the real call raises its own error
-        _check_spec_numbers(n for spec in specs for n in _DIGITS.findall(spec))
+def _check_brace_format(fmt: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> None:
+    """The same for str.format ("{:>999999999}"), nested specs included, with widths taken from
+    the arguments ("{:>{w}}".format(s, w=n)) resolved first."""
+    if not isinstance(fmt, str) or "{" not in fmt:
+        return
+    named = kwargs if isinstance(kwargs, dict) else {}
+    formatter = string.Formatter()
+    auto = 0
+
+    def argument(name: str) -> Any:
+        nonlocal auto
+        head = re.match(r"[^.\[]*", name).group()  # type: ignore[union-attr]
+        if head == "":
+            head, auto = str(auto), auto + 1
+        if head.isdigit():
+            value = args[int(head)] if int(head) < len(args) else None
+        else:
+            value = named.get(head)
+        return value if head == name or name == "" else None  # attributes and items: not followed
+
+    numbers: list[str] = []
+    try:
+        for _, name, spec, _ in formatter.parse(fmt):
+            if name is None:
+                continue
+            argument(name)  # an automatic field takes its number before the ones in its spec
+            if spec and "{" in spec:
+                parts = []
+                for literal, inner, _, _ in formatter.parse(spec):
+                    parts.append(literal)
+                    if inner is not None:
+                        value = argument(inner)
+                        parts.append(str(value) if isinstance(value, (int, str)) else "")
+                spec = "".join(parts)
+            numbers += _DIGITS.findall(spec or "")
+    except ValueError:
+        return  # malformed, or an int too long to print: the real call raises its own error
+    _check_spec_numbers(numbers)
 
 
 def _check_spec_numbers(numbers: Iterable[str]) -> None:
@@ -194,7 +328,7 @@ def _check_repeat(seq: Any, times: Any) -> None:
 
 
 def _check_replace(s: Any, old: Any, new: Any, count: Any = None) -> None:
-    if isinstance(s, str) and isinstance(old, str) and isinstance(new, str) and len(new) > len(old):
+    if isinstance(s, _TEXT) and isinstance(old, _TEXT) and isinstance(new, _TEXT) and len(new) > len(old):
         hits = (len(s) + 1) if old == "" else s.count(old)
         if isinstance(count, int) and count >= 0:
             hits = min(hits, count)
@@ -202,10 +336,8 @@ def _check_replace(s: Any, old: Any, new: Any, count: Any = None) -> None:
 
 
 def _check_join(sep: Any, items: list[Any]) -> None:
-    sep_len = len(sep) if isinstance(sep, str) else 0
-    total = sep_len * max(len(items) - 1, 0)
-    total += sum(len(x) if isinstance(x, str) else 0 for x in items)
-    _budget().check_size(total, "a joined string")
+    sep_len = len(sep) if isinstance(sep, _TEXT) else 0
+    _check_text_of(items, "a joined string", sep_len * max(len(items) - 1, 0))
 
 
 # --- globals and filters, as transformers defines them ---------------------------------------
@@ -228,6 +360,7 @@ def _tojson(
         raise ChatTemplateLimitError(
             f"Chat template asked tojson for an indent of {width}; the limit is {_MAX_JSON_INDENT}."
         )
+    _check_text_of([x], "a JSON text")
     return _check_result(
         json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     )
@@ -300,14 +433,46 @@ def _replace(eval_ctx: Any, s: Any, old: Any, new: Any, count: Any = None) -> st
 @jinja2.pass_eval_context
 def _join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> str:
     items = list(value)
-    if attribute is None:
-        _check_join(d, items)
-    return jinja2.filters.do_join(eval_ctx, items, d, attribute)
+    if attribute is not None:  # the attributes are what gets joined: pick them first
+        items = list(map(jinja2.filters.make_attrgetter(eval_ctx.environment, attribute), items))
+    _check_join(d, items)
+    return jinja2.filters.do_join(eval_ctx, items, d)
 
 
 def _format(value: Any, *args: Any, **kwargs: Any) -> str:
-    _check_percent_format(value)
+    _check_percent_format(value, kwargs or args)  # do_format's own choice of arguments
     return jinja2.filters.do_format(value, *args, **kwargs)
+
+
+def _string(value: Any) -> str:
+    _check_text_of([value], "a string")
+    return markupsafe.soft_str(value)
+
+
+@jinja2.pass_environment
+def _sum(environment: jinja2.Environment, iterable: Any, attribute: Any = None, start: Any = 0) -> Any:
+    """``sum`` as Jinja's, but lists add in linear time (``sum(start=[])`` copies the running
+    total at every step: quadratic), with sizes and time checked at every step."""
+    if isinstance(start, (int, float, str)):  # numbers are cheap; a str start fails at once
+        return jinja2.filters.do_sum(environment, iterable, attribute, start)
+    items: Iterable[Any] = iterable
+    if attribute is not None:
+        items = map(jinja2.filters.make_attrgetter(environment, attribute), iterable)
+    budget = _budget()
+    total = start
+    owned = False  # whether total is a list made here, safe to extend in place
+    for item in items:
+        budget.check_time()
+        if type(total) is list and type(item) is list:
+            budget.check_size(len(total) + len(item), "a summed list")
+            if not owned:
+                total, owned = list(total), True
+            total.extend(item)
+        else:
+            if _sized(total) is not None and _sized(item) is not None:
+                budget.check_size(len(total) + len(item), f"a summed {type(total).__name__}")
+            total, owned = total + item, False
+    return total
 
 
 def _batch(value: Any, linecount: int, fill_with: Any = None) -> Any:
@@ -329,7 +494,11 @@ def _check_count(n: Any, name: str) -> None:
 def _post_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)  # keeps jinja_pass_arg, so pass_eval_context/pass_environment still apply
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return _check_result(fn(*args, **kwargs))
+        budget = _budget()
+        budget.check_time()
+        result = fn(*args, **kwargs)
+        budget.check_time()  # one slow filter (wordwrap, urlize, sort) is noticed right after
+        return _check_result(result)
 
     return wrapper
 
@@ -340,23 +509,28 @@ _GUARDED_FILTERS: dict[str, Callable[..., Any]] = {
     "replace": _replace,
     "join": _join,
     "format": _format,
+    "string": _string,
+    "sum": _sum,
     "batch": _batch,
     "slice": _slice,
 }
 
 # str methods that can grow a string far past their inputs, with the check to run first.
+# (bytes and bytearray have the same methods, checked the same way.)
 _STR_METHOD_CHECKS: dict[str, Callable[..., None]] = {
     "center": lambda s, width=0, *a: _check_width(width),
     "ljust": lambda s, width=0, *a: _check_width(width),
     "rjust": lambda s, width=0, *a: _check_width(width),
     "zfill": lambda s, width=0, *a: _check_width(width),
     "expandtabs": lambda s, tabsize=8: _budget().check_size(
-        len(s) + s.count("\t") * (tabsize if isinstance(tabsize, int) else 0), "an expanded string"
+        len(s)
+        + s.count(b"\t" if isinstance(s, (bytes, bytearray)) else "\t") * (tabsize if isinstance(tabsize, int) else 0),
+        "an expanded string",
     ),
     "replace": lambda s, old="", new="", count=-1: _check_replace(s, old, new, count),
     "join": lambda s, items=(): _check_join(s, list(items) if isinstance(items, (list, tuple)) else []),
-    "format": lambda s, *a, **k: _check_brace_format(s),
-    "format_map": lambda s, *a, **k: _check_brace_format(s),
+    "format": lambda s, *a, **k: _check_brace_format(s, a, k),
+    "format_map": lambda s, mapping=None: _check_brace_format(s, (), mapping),
     "translate": lambda s, table=None: _budget().check_size(
         len(s) * max([len(v) for v in table.values() if isinstance(v, str)] or [1])
         if isinstance(table, dict)
@@ -418,6 +592,28 @@ def _env_call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
     return nodes.Call(nodes.EnvironmentAttribute(name), args, [], None, None).set_lineno(lineno)
 
 
+# Types whose attribute safety is cached per (type, attribute): what templates see (JSON values,
+# our namespace and dict wrappers, loop objects). Exact types only, never subclasses.
+_CACHED_ATTRIBUTE_TYPES = frozenset(
+    {
+        str,
+        bytes,
+        dict,
+        list,
+        tuple,
+        int,
+        float,
+        bool,
+        type(None),
+        markupsafe.Markup,
+        _TemplateNamespace,
+        _TemplateDict,
+        jinja2.runtime.LoopContext,
+    }
+)
+_MAX_CACHED_ATTRIBUTES = 4096
+
+
 class ChatSandbox(ImmutableSandboxedEnvironment):
     """transformers' chat-template environment with bounded loops, sizes and time."""
 
@@ -440,15 +636,42 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
         self.globals["namespace"] = _TemplateNamespace
         self.globals["range"] = _guarded_range
         self.globals["lipsum"] = _guarded_lipsum
+        self._safe_attributes: dict[tuple[type, str], bool] = {}
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        # The sandbox's answer depends only on (type(obj), attr) for these types: underscore names,
+        # the internal attributes of functions, types, frames and generators (none of these), and
+        # the mutating methods of known mutable types (by type and name). ``value`` is not read.
+        kind = type(obj)
+        if kind not in _CACHED_ATTRIBUTE_TYPES:
+            return super().is_safe_attribute(obj, attr, value)
+        key = (kind, attr)
+        safe = self._safe_attributes.get(key)
+        if safe is None:
+            safe = super().is_safe_attribute(obj, attr, value)
+            if len(self._safe_attributes) < _MAX_CACHED_ATTRIBUTES:  # namespace names are open-ended
+                self._safe_attributes[key] = safe
+        return safe
 
     # Reached only through the AST rewrite above; templates cannot name ``environment``.
     def guard_loop(self, iterable: Any) -> _GuardedLoop:
         return _GuardedLoop(iterable)
 
     def guard_concat(self, *values: Any) -> str:
+        _check_text_of(values, "a concatenated string")  # before str() of a large list builds it
         parts = [str(v) for v in values]
         budget = _budget()
         budget.check_size(sum(map(len, parts)), "a concatenated string")
+        budget.check_time()
+        return "".join(parts)
+
+    def concat(self, chunks: Iterable[str]) -> str:  # type: ignore[override]
+        """Joins the output a block assignment (``{% set x %}...{% endset %}``), macro, call or
+        filter block buffered: Jinja's generated code calls ``environment.concat`` there, so the
+        size is checked before the string exists (``{{ x }}{{ x }}`` doubles it each time)."""
+        parts = chunks if isinstance(chunks, list) else list(chunks)
+        budget = _budget()
+        budget.check_size(sum(map(len, parts)), "a block of template output")
         budget.check_time()
         return "".join(parts)
 
@@ -466,16 +689,19 @@ class ChatSandbox(ImmutableSandboxedEnvironment):
             if _sized(left) is not None and _sized(right) is not None:
                 _budget().check_size(len(left) + len(right), f"a {type(left).__name__}")
         elif operator == "%":
-            _check_percent_format(left)
+            _check_percent_format(left, right)
         elif operator == "**":
             _check_power(left, right)
         _budget().check_time()
         return _check_result(super().call_binop(context, operator, left, right))
 
     def call(self, context: jinja2.runtime.Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        # Every call (macros included: recursion through them doubles the work per level) reads
+        # the clock.
+        _budget().check_time()
         # str.format arrives wrapped by the sandbox; the bound method is its __wrapped__.
         owner = getattr(getattr(obj, "__wrapped__", obj), "__self__", None)
-        if isinstance(owner, str):
+        if isinstance(owner, _TEXT):
             check = _STR_METHOD_CHECKS.get(getattr(obj, "__name__", ""))
             if check is not None:
                 try:
@@ -499,6 +725,13 @@ ENV = ChatSandbox()
 """The one environment every chat template compiles in (stateless between renders)."""
 
 
+# What parsing or compiling a template raises besides Jinja's own syntax errors, every one caused
+# by the template's text: parser or compiler recursion, Python's static nesting limits (SyntaxError
+# "too many statically nested blocks", IndentationError), memory, an integer literal too long to
+# convert (ValueError).
+COMPILE_FAILURES = (jinja2.TemplateSyntaxError, RecursionError, SyntaxError, MemoryError, ValueError, OverflowError)
+
+
 @lru_cache(maxsize=64)
 def compile_template(source: str) -> jinja2.Template:
     """Compile a chat template (cached by its text), with loop and concatenation guards."""
@@ -507,8 +740,8 @@ def compile_template(source: str) -> jinja2.Template:
         ast = _InsertGuards().visit(ENV.parse(source))
         ast.set_environment(ENV)
         return ENV.from_string(ast)
-    except jinja2.TemplateSyntaxError as e:  # also TemplateAssertionError: unknown filter or test
-        raise _syntax_error(e) from None
+    except COMPILE_FAILURES as e:  # TemplateAssertionError too: unknown filter or test
+        raise compile_error(e) from None
 
 
 @lru_cache(maxsize=64)
@@ -516,10 +749,34 @@ def parse_template(source: str) -> nodes.Template:
     """The template's untransformed Jinja AST (for variable and content-format analysis; read only)."""
     try:
         return ENV.parse(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise _syntax_error(e) from None
+    except COMPILE_FAILURES as e:
+        raise compile_error(e) from None
 
 
-def _syntax_error(e: jinja2.TemplateSyntaxError) -> ChatTemplateSyntaxError:
-    # Jinja's own message, as vLLM returns it (no location: jinja leaves it out of compile errors).
-    return ChatTemplateSyntaxError(e.message or str(e))
+_DIGIT_COUNT = re.compile(r"value has (\d+) digits")
+
+
+def compile_error(e: BaseException) -> ChatTemplateSyntaxError:
+    """The named error for a template that fails to parse or compile (one of
+    ``COMPILE_FAILURES``); the failure's frames (a deep parser recursion) are released."""
+    release_traceback(e)
+    if isinstance(e, ChatTemplateSyntaxError):  # already named (parse_template's, seen again)
+        return e
+    if isinstance(e, jinja2.TemplateSyntaxError):
+        # Jinja's own message, as vLLM returns it (no location: jinja leaves it out of compile errors).
+        return ChatTemplateSyntaxError(e.message or str(e))
+    if isinstance(e, RecursionError):
+        return ChatTemplateNestingError("Chat template is nested too deeply to parse or compile.")
+    if isinstance(e, SyntaxError):
+        return ChatTemplateNestingError(
+            f"Chat template is nested too deeply to compile: Python refused its code ({e.msg})."
+        )
+    if isinstance(e, MemoryError):
+        return ChatTemplateNestingError("Chat template is too large or nested too deeply to compile.")
+    digits = _DIGIT_COUNT.search(str(e))
+    if digits is not None:
+        return ChatTemplateLiteralError(
+            f"Chat template has an integer literal of {digits.group(1)} digits; "
+            f"the limit is {sys.get_int_max_str_digits()}."
+        )
+    return ChatTemplateSyntaxError(f"Chat template cannot be compiled: {e}")

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from renderer.chat.template_worker import RequestTemplateLimits
 from renderer.chat_stage import ChatStage
 from renderer.multimodal.media import MediaLimits
 from serving import triton_io as io
@@ -19,8 +20,14 @@ class TritonPythonModel:
             params["model_dir"],
             media_limits=MediaLimits.from_config(params),
             trust_request_chat_template=io.flag(params, "trust_request_chat_template"),
+            trust_request_mm_kwargs=io.flag(params, "trust_request_mm_kwargs"),
+            request_template_limits=RequestTemplateLimits.from_config(params),
         )
-        self.stage.warmup()  # compiles the model's template before the first request
+        # Compiles the model's template, and starts the request-template worker when trusted.
+        self.stage.warmup()
+
+    def finalize(self) -> None:
+        self.stage.close()
 
     def _one(self, request: Any) -> Any:
         out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))

@@ -1,0 +1,144 @@
+"""Issue 18 on a live server in its default configuration (request templates refused): deep
+request fields are a 400 and never a 500 or a stub crash, and a crashed stub leaves no process or
+shared-memory region of the old instances behind once the watchdog has reloaded its model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from client import RendererClient, RequestError
+from renderer.request_json import MAX_NESTING_DEPTH
+from serving.watchdog import alive, stubs_of
+
+# Every test here talks to a real tritonserver.
+pytestmark = pytest.mark.live
+
+ROOT = Path(__file__).resolve().parent.parent
+HI = [{"role": "user", "content": "hi"}]
+INSTANCES = 3
+
+
+def nested_text(levels: int) -> str:
+    """JSON text of ``levels`` objects inside each other (built as text: json.dumps recurses)."""
+    return '{"a": ' * levels + '"x"' + "}" * levels
+
+
+def deep_cases(levels: int) -> dict[str, tuple[str, str | None]]:
+    """(messages, chat_params) JSON texts, one field nested ``levels`` deep; none sends a template."""
+    inner = nested_text(levels)
+    hi = json.dumps(HI)
+    arguments = json.dumps(nested_text(levels))  # a JSON string holding deep JSON
+    call = '{"id": "1", "type": "function", "function": {"name": "f", "arguments": %s}}' % arguments
+    return {
+        "tools": (hi, '{"tools": [{"type": "function", "function": {"name": "f", "parameters": %s}}]}' % inner),
+        "documents": (hi, '{"documents": [%s]}' % inner),
+        "tool_call_arguments": (
+            '[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": [%s]}]' % call,
+            '{"continue_final_message": true, "add_generation_prompt": false}',
+        ),
+        "chat_template_kwargs": (hi, '{"chat_template_kwargs": {"tools": [%s]}}' % inner),
+        "content_part": ('[{"role": "user", "content": [{"type": "text", "text": "hi", "x": %s}]}]' % inner, None),
+        "messages_brackets": ("[" * levels + "]" * levels, None),
+    }
+
+
+@pytest.fixture(scope="module")
+def default_server(server_settings):
+    from serving import launch
+
+    s = replace(
+        server_settings,
+        openai_port=0,
+        build_dir=str(ROOT / "build" / "b-stub-crash"),
+        models="render_chat",
+        http_port=22100,
+        grpc_port=22101,
+        metrics_port=22102,
+        tokenize_instances=1,
+        chat_render_instances=INSTANCES,
+        trust_request_chat_template=False,  # the default: no request template renders
+    )
+    launch.stop(s)
+    assert launch.start(s) == 0, f"tritonserver did not start; see {s.log_file}"
+    yield s
+    launch.stop(s)
+
+
+def server_pid(s) -> int:
+    return int(Path(s.pid_file).read_text())
+
+
+def stub_pids(s, model: str) -> set[int]:
+    return {pid for pid, stub in stubs_of(server_pid(s)).items() if stub.model == model}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_deep_input_is_a_400_on_the_default_path(default_server, hf_tokenizer, protocol):
+    """Past the limit and 100,000 deep: a 400 naming the field, every stub alive; 600 deep (tools,
+    documents and arguments used to reach copy.deepcopy outside the render guard: a RecursionError,
+    a 500) and vLLM's 963 render."""
+    s = default_server
+    before = set(stubs_of(server_pid(s)))
+    port = s.http_port if protocol == "http" else s.grpc_port
+    with RendererClient(f"{s.host}:{port}", protocol, timeout_s=60) as c:
+        for levels in (MAX_NESTING_DEPTH + 1, 100_000):
+            for name, (messages, chat_params) in deep_cases(levels).items():
+                kwargs = {} if chat_params is None else {"chat_params": chat_params}
+                with pytest.raises(RequestError) as e:
+                    c.render_chat(messages, **kwargs)
+                assert e.value.kind == "client", f"{name} at {levels}: {e.value!r}"
+                assert f"is nested more than {MAX_NESTING_DEPTH} levels deep" in e.value.message, f"{name} at {levels}"
+        # A depth within the limit renders, and normal requests still do.
+        for levels in (600, 960):
+            ok = c.render_chat(HI, chat_params='{"chat_template_kwargs": {"tools": [%s]}}' % nested_text(levels))
+            assert ok.input_ids
+        expected = hf_tokenizer.apply_chat_template(HI, tokenize=True, add_generation_prompt=True, return_dict=False)
+        assert c.render_chat(HI).input_ids == list(expected)
+    assert set(stubs_of(server_pid(s))) == before, "a stub died or restarted"
+
+
+def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
+    """SIGKILL one chat_render stub; after the watchdog's reload, no process of the old instances
+    remains, none of their /dev/shm regions either, and the model serves correct ids again."""
+    s = default_server
+    pid = server_pid(s)
+    old = {p: stub for p, stub in stubs_of(pid).items() if stub.model == "chat_render"}
+    assert len(old) == INSTANCES
+    old_regions = {f"/dev/shm/{stub.region}" for stub in old.values() if stub.region}
+    assert len(old_regions) == INSTANCES and all(os.path.exists(r) for r in old_regions)
+    others = {p for p, stub in stubs_of(pid).items() if stub.model != "chat_render"}
+
+    victim = min(old)
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    deadline = killed_at + 120
+    new: set[int] = set()
+    while time.monotonic() < deadline:
+        new = stub_pids(s, "chat_render") - set(old)
+        if len(new) == INSTANCES and not any(alive(p) for p in old):
+            break
+        time.sleep(0.5)
+    settled = time.monotonic() - killed_at
+    survivors = [p for p in old if alive(p)]
+    left_regions = sorted(r for r in old_regions if os.path.exists(r))
+    print(f"\nreloaded and cleaned up {settled:.1f} s after the kill; new stubs {sorted(new)}")
+    assert len(new) == INSTANCES, f"expected {INSTANCES} new chat_render stubs, got {sorted(new)}"
+    assert not survivors, f"stubs of the old instances still running: {survivors}"
+    assert not left_regions, f"regions of the old instances left: {left_regions}"
+    assert stub_pids(s, "chat_render") == new
+    assert others <= set(stubs_of(pid)), "a stub of another model was touched"
+
+    expected = list(hf_tokenizer.apply_chat_template(HI, tokenize=True, add_generation_prompt=True, return_dict=False))
+    with RendererClient(f"{s.host}:{s.http_port}") as c:
+        for _ in range(2 * INSTANCES):  # reaches every new instance in turn, likely
+            assert c.render_chat(HI).input_ids == expected
+        assert c.is_ready()
+    time.sleep(2.0)  # the watchdog must not take the ended stubs for new deaths and reload again
+    assert stub_pids(s, "chat_render") == new
