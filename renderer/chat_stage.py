@@ -81,6 +81,12 @@ class ChatStageOutput:
         return [item.to_json() for item in self.rendered.mm_items]
 
 
+def may_send_template(raw_chat_params: bytes | None) -> bool:
+    """Whether a ``chat_params`` tensor may carry a request template (a render in the template
+    worker, up to its deadline): a byte search, no parse; "may" errs towards yes."""
+    return bool(raw_chat_params) and b"chat_template" in raw_chat_params
+
+
 class ChatStage:
     """``chat_render`` for one model: the chat renderer set up for its family (or none)."""
 

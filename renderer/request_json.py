@@ -107,8 +107,31 @@ def json_text_depth(text: str, limit: int) -> int | None:
 
 
 def json_copy(value: Any) -> Any:
-    """A structural copy of JSON data (objects and lists copied, leaves shared), iterative so any
-    depth the parse accepted copies without ``RecursionError``; mappings become dicts."""
+    """A structural copy of JSON data (objects and lists copied, leaves shared; mappings become
+    dicts). Recursive, which is fast; a value too deep for the stack is copied iteratively."""
+    try:
+        return _copy_recursive(value)
+    except RecursionError:
+        return _copy_iterative(value)
+
+
+_JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_recursive(value: Any) -> Any:
+    t = type(value)
+    if t in _JSON_LEAVES:  # first: most values are, and an ABC isinstance check is slow
+        return value
+    if t is dict:
+        return {k: _copy_recursive(v) for k, v in value.items()}
+    if t is list:
+        return [_copy_recursive(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _copy_recursive(v) for k, v in value.items()}
+    return value
+
+
+def _copy_iterative(value: Any) -> Any:
     if not isinstance(value, (Mapping, list)):
         return value
     root: Any = {} if isinstance(value, Mapping) else []

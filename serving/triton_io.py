@@ -145,12 +145,26 @@ def parse_each(requests: Sequence[Any], parse: Callable[[Any], tuple[Any, Any]])
     return prompts, params
 
 
-def respond_each(requests: Sequence[Any], model: str, build: Callable[[Any], Any]) -> list[Any]:
-    """One response per request; an exception in one becomes that request's error only."""
-    out = []
-    for r in requests:
+def respond_each(
+    requests: Sequence[Any], model: str, build: Callable[[Any], Any], later: Callable[[Any], bool] | None = None
+) -> list[Any]:
+    """One response per request, in the requests' order; an exception in one becomes that
+    request's error only. ``later``: requests it says may be slow are built after the others of
+    the batch, so a fast request never waits behind them."""
+    out: list[Any] = [None] * len(requests)
+    order = range(len(requests))
+    if later is not None:
+        order = sorted(order, key=lambda i: _is_later(later, requests[i]))
+    for i in order:
         try:
-            out.append(build(r))
+            out[i] = build(requests[i])
         except Exception as e:  # noqa: BLE001 - every failure must become a response
-            out.append(error_response(e, model))
+            out[i] = error_response(e, model)
     return out
+
+
+def _is_later(later: Callable[[Any], bool], request: Any) -> bool:
+    try:
+        return bool(later(request))
+    except Exception:  # noqa: BLE001 - a bad input is the build's to report, in the normal order
+        return False

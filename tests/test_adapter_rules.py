@@ -308,3 +308,42 @@ def test_launcher_hands_max_model_len_to_every_stage_that_checks_lengths(tmp_pat
     for ensemble in ("render_chat", "chat"):
         steps = {st.model_name: st for st in parse_config(repo / ensemble / "config.pbtxt").ensemble_scheduling.step}
         assert steps["mm_process"].input_map["length_limit"] == steps["tokenize"].output_map["length_limit"], ensemble
+
+
+# --- dynamic batches ------------------------------------------------------------------------------
+
+
+def test_slow_requests_of_a_batch_are_built_last_and_answered_in_order():
+    """chat_render builds the requests that may render in the template worker after the others
+    of their batch (a fast request never waits behind an attack), and still answers each
+    request in its own slot; a predicate that fails on a bad input leaves that request in place."""
+    from tests import fake_triton
+
+    fake_triton.install()
+    from renderer.chat_stage import may_send_template
+    from serving import triton_io as io
+
+    built: list[str] = []
+
+    def build(name: str) -> str:
+        built.append(name)
+        if name == "bad":
+            raise ValueError("boom")
+        return name.upper()
+
+    def later(name: str) -> bool:
+        if name == "bad":
+            raise TypeError("no chat_params tensor")
+        return name.startswith("slow")
+
+    requests = ["slow1", "a", "bad", "slow2", "b"]
+    out = io.respond_each(requests, "chat_render", build, later=later)
+    assert built == ["a", "bad", "b", "slow1", "slow2"]
+    assert out[0] == "SLOW1" and out[1] == "A" and out[3] == "SLOW2" and out[4] == "B"
+    assert out[2].has_error()
+    built.clear()
+    io.respond_each(requests[:2], "chat_render", lambda n: built.append(n) or n)
+    assert built == ["slow1", "a"]  # without a predicate: the batch's order
+    assert may_send_template(b'{"chat_template": "{{ 1 }}"}')
+    assert may_send_template(b'{"chat_template_kwargs": {"chat_template": "x"}}')
+    assert not may_send_template(b'{"add_generation_prompt": true}') and not may_send_template(None)

@@ -8,7 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat.template_worker import RequestTemplateLimits
-from renderer.chat_stage import ChatStage
+from renderer.chat_stage import ChatStage, may_send_template
 from renderer.multimodal.media import MediaLimits
 from serving import triton_io as io
 
@@ -49,4 +49,9 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list) -> list:
-        return io.respond_each(requests, "chat_render", self._one)
+        # A dynamic batch renders in turn: requests that may render a template in the worker go
+        # last, so an attack batched with normal requests never delays them.
+        return io.respond_each(requests, "chat_render", self._one, later=self._may_be_slow)
+
+    def _may_be_slow(self, request: Any) -> bool:
+        return self.stage.chat.trust_request_chat_template and may_send_template(io.get_bytes(request, "chat_params"))
