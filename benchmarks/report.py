@@ -39,8 +39,8 @@ def _mm_summary(mm: dict[str, Any] | None) -> dict[str, Any]:
     if not rows:
         return {"mm_hit_served_vs_inprocess": None, "mm_miss_served_vs_inprocess": None}
     return {
-        "mm_hit_served_vs_inprocess": max(r["triton_hit_ms"] / r["ours_warm_ms"] for r in rows),
-        "mm_miss_served_vs_inprocess": max(r["triton_miss_ms"] / r["ours_cold_ms"] for r in rows),
+        "mm_hit_served_vs_inprocess": round(max(r["triton_hit_ms"] / r["ours_warm_ms"] for r in rows), 3),
+        "mm_miss_served_vs_inprocess": round(max(r["triton_miss_ms"] / r["ours_cold_ms"] for r in rows), 3),
         "mm_served_vs_inprocess_note": "worst over benchmarks.bench_mm's images (640x480, 1280x720, "
         "4000x3000) and families; hit: same image again (cache on), miss: new pixels (cache off in process)",
     }
