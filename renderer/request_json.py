@@ -70,16 +70,41 @@ def check_depth(value: Any, field: str, start: int = 0) -> None:
 
 def nesting_depth(value: Any, limit: int) -> int | None:
     """The depth of ``value`` if it exceeds ``limit`` (lists, tuples and dicts count a level
-    each), else None. Stops at the first branch over the limit."""
+    each), else None. Stops at the first branch over the limit, so it never descends more than
+    ``limit`` + 1 levels: recursive (fast), with an iterative walk where the stack is short."""
     if not isinstance(value, (list, tuple, dict)):
         return None
     if limit < 1:
         return 1
+    try:
+        return _depth_recursive(value, 1, limit)
+    except RecursionError:
+        return _depth_iterative(value, limit)
+
+
+_CONTAINERS = (list, tuple, dict)
+
+
+def _depth_recursive(value: Any, depth: int, limit: int) -> int | None:
+    for child in value.values() if type(value) is dict else value:
+        if type(child) in _CONTAINER_TYPES or isinstance(child, _CONTAINERS):
+            if depth + 1 > limit:
+                return depth + 1
+            found = _depth_recursive(child, depth + 1, limit)
+            if found is not None:
+                return found
+    return None
+
+
+_CONTAINER_TYPES = frozenset(_CONTAINERS)
+
+
+def _depth_iterative(value: Any, limit: int) -> int | None:
     stack: list[tuple[Iterable[Any], int]] = [(_children(value), 1)]
     while stack:
         children, depth = stack[-1]
         for child in children:
-            if isinstance(child, (list, tuple, dict)):
+            if isinstance(child, _CONTAINERS):
                 if depth + 1 > limit:
                     return depth + 1
                 stack.append((_children(child), depth + 1))

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError
-from ..request_json import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_error
+from ..request_json import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
 
 # --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
 
@@ -337,8 +337,10 @@ def check_request_depth(messages: Any, tools: Any = None, documents: Any = None)
     field itself as level 1), and tool-call ``arguments`` JSON text that would parse deeper, with
     a ``RequestNestingError`` naming the field; iterative, so it cannot itself recurse too deep."""
     if isinstance(messages, (list, tuple)):
+        if nesting_depth(messages, MAX_NESTING_DEPTH) is not None:  # one walk; name the message after
+            for i, message in enumerate(messages):
+                check_depth(message, f"messages[{i}]", start=1)
         for i, message in enumerate(messages):
-            check_depth(message, f"messages[{i}]", start=1)
             for j, call in enumerate(_tool_calls(message)):
                 function = call.get("function") if isinstance(call, Mapping) else None
                 arguments = function.get("arguments") if isinstance(function, Mapping) else None
