@@ -154,6 +154,8 @@ def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -
     while alive(server_pid) and not server_ready(http_url):
         time.sleep(interval_s)
     known = stubs_of(server_pid)
+    # The line tests wait for: a stub that dies before this baseline is never seen to die.
+    log.info("watching %d stubs of tritonserver pid %d", len(known), server_pid)
     while alive(server_pid):
         time.sleep(interval_s)
         current = stubs_of(server_pid)

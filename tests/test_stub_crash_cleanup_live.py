@@ -115,6 +115,13 @@ def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
     assert len(old_regions) == INSTANCES and all(os.path.exists(r) for r in old_regions)
     others = {p for p, stub in stubs_of(pid).items() if stub.model != "chat_render"}
 
+    # The watchdog takes its baseline of stubs once the server is ready; kill only after it has.
+    watchdog_log = Path(s.build_dir) / "watchdog.log"
+    wait_until = time.monotonic() + 30
+    marker = f"stubs of tritonserver pid {pid}\n"  # this server's watchdog, not an earlier one's
+    while marker not in (watchdog_log.read_text() if watchdog_log.exists() else ""):
+        assert time.monotonic() < wait_until, "the watchdog never started watching"
+        time.sleep(0.2)
     victim = min(old)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
