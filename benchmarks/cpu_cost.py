@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.run import server_settings
     from serving import launch
 
-    s = replace(
-        server_settings(
-            models="render_completion,render_chat",
-            build_dir=str(WORK / "cpu-cost-server"),
-            http_port=PORT,
-            grpc_port=PORT + 1,
-            metrics_port=PORT + 2,
-            tokenize_instances=1,
-            chat_render_instances=1,
-        ),
-        openai_port=0,
+    s = server_settings(
+        models="render_completion,render_chat",
+        build_dir=str(WORK / "cpu-cost-server"),
+        http_port=PORT,
+        grpc_port=PORT + 1,
+        metrics_port=PORT + 2,
+        tokenize_instances=1,
+        chat_render_instances=1,
     )
     if launch.start(s) != 0:
         print(f"server did not start; see {s.log_file}", file=sys.stderr)

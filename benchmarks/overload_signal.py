@@ -31,7 +31,6 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         grpc_port=PORT + 1,
         metrics_port=PORT + 2,
     )
-    s = replace(s, openai_port=0)
     if launch.start(s) != 0:
         print(f"server did not start; see {s.log_file}", file=sys.stderr)
         return 1

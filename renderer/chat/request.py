@@ -359,11 +359,11 @@ def _tool_calls(message: Any) -> list[Any]:
 
 
 def _validate(messages: Any, tools: Any, documents: Any) -> ValidatedChatRequest:
-    body: dict[str, Any] = {"messages": _copy_json(messages)}
+    body: dict[str, Any] = {"messages": json_copy(messages)}
     if tools is not None:
-        body["tools"] = _copy_json(tools)
+        body["tools"] = json_copy(tools)
     if documents is not None:
-        body["documents"] = _copy_json(documents)
+        body["documents"] = json_copy(documents)
     _prevalidate(body)
     try:
         model = ChatRequestModel.model_validate(body, from_attributes=True)  # as FastAPI validates bodies
@@ -380,11 +380,6 @@ def content_parts(content: Iterable[Any]) -> list[Any]:
         return list(content)
     except ValidationError as e:
         raise ChatRequestValidationError(sanitize_message(str(e))) from None
-
-
-def _copy_json(value: Any) -> Any:
-    """A structural copy of JSON data: validation rewrites messages in place, as vLLM's does."""
-    return json_copy(value)
 
 
 # --- vLLM's wording of a refused request ---------------------------------------------------------

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..model_info import config_number
 from .. import errors
 from ..errors import (
     ChatTemplateLimitError,
@@ -124,14 +125,10 @@ class RequestTemplateLimits:
         """From a model config's parameters (what the launcher writes from its settings); an
         absent or empty parameter keeps its default."""
 
-        def number(name: str, kind: type, default: Any) -> Any:
-            raw = params.get(name, "")
-            return kind(raw) if raw.strip() else default
-
         return cls(
-            timeout_s=number("request_template_timeout_s", float, DEFAULT_TIMEOUT_S),
-            memory_mb=number("request_template_memory_mb", int, DEFAULT_MEMORY_MB),
-            max_bytes=number("request_template_max_bytes", int, DEFAULT_MAX_BYTES),
+            timeout_s=config_number(params, "request_template_timeout_s", float, DEFAULT_TIMEOUT_S),
+            memory_mb=config_number(params, "request_template_memory_mb", int, DEFAULT_MEMORY_MB),
+            max_bytes=config_number(params, "request_template_max_bytes", int, DEFAULT_MAX_BYTES),
         )
 
     @property

@@ -41,6 +41,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from ..model_info import config_number
 from ..media_defaults import (
     DEFAULT_FETCH_TIMEOUT_S,
     DEFAULT_MAX_BYTES,
@@ -89,17 +90,13 @@ class MediaLimits:
         """From a model config's parameters (what the launcher writes from its settings); an
         absent or empty parameter keeps its default."""
 
-        def number(name: str, kind: type, default: Any) -> Any:
-            raw = params.get(name, "")
-            return kind(raw) if raw.strip() else default
-
         return cls(
-            max_bytes=number("max_image_bytes", int, DEFAULT_MAX_BYTES),
-            max_pixels=number("max_image_pixels", int, DEFAULT_MAX_PIXELS),
-            max_items={"image": number("limit_mm_per_prompt", int, DEFAULT_MAX_ITEMS_PER_PROMPT)},
+            max_bytes=config_number(params, "max_image_bytes", int, DEFAULT_MAX_BYTES),
+            max_pixels=config_number(params, "max_image_pixels", int, DEFAULT_MAX_PIXELS),
+            max_items={"image": config_number(params, "limit_mm_per_prompt", int, DEFAULT_MAX_ITEMS_PER_PROMPT)},
             allowed_local_dir=params.get("media_dir") or None,
             allowed_hosts=tuple(h.strip() for h in params.get("media_hosts", "").split(",") if h.strip()),
-            fetch_timeout_s=number("media_fetch_timeout_s", float, DEFAULT_FETCH_TIMEOUT_S),
+            fetch_timeout_s=config_number(params, "media_fetch_timeout_s", float, DEFAULT_FETCH_TIMEOUT_S),
         )
 
     def limit_for(self, modality: str) -> int:

@@ -8,7 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat.template_worker import RequestTemplateLimits
-from renderer.chat_stage import ChatStage, may_send_template
+from renderer.chat_stage import ChatStage
 from renderer.multimodal.media import MediaLimits
 from serving import triton_io as io
 
@@ -54,4 +54,4 @@ class TritonPythonModel:
         return io.respond_each(requests, "chat_render", self._one, later=self._may_be_slow)
 
     def _may_be_slow(self, request: Any) -> bool:
-        return self.stage.chat.trust_request_chat_template and may_send_template(io.get_bytes(request, "chat_params"))
+        return self.stage.may_be_slow(io.get_bytes(request, "chat_params"))
