@@ -16,6 +16,7 @@ import string
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,26 +31,68 @@ RENDER_MODELS = ["render_completion", "render_chat", "render_encoder_decoder"]
 GENERATE_MODELS = ["completion", "chat", "encoder_decoder_completion"]
 
 
-def tree_pids(root: int) -> dict[int, str]:
-    """The server and every process under it (the Python backend stubs), with their names."""
-    children: dict[int, list[int]] = {}
-    names: dict[int, str] = {}
+def tree_pids(root: int) -> dict[int, tuple[int, str]]:
+    """The server and every process under it, each with its parent and command line."""
+    parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
-        pid = int(stat.parent.name)
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        parents[int(stat.parent.name)] = int(text[text.rindex(")") + 2 :].split()[1])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
-        names[pid] = name
     out, todo = {}, [root]
     while todo:
         p = todo.pop()
-        out[p] = names.get(p, "?")
+        out[p] = (parents.get(p, 0), describe(p))
         todo += children.get(p, [])
     return out
+
+
+def describe(pid: int) -> str:
+    """A process's command line, cut short (what a failure message needs to name it)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "(exited)"
+    return " ".join(a.decode(errors="replace") for a in argv)[:300]
+
+
+@dataclass(frozen=True)
+class ServerProcesses:
+    """The processes under a tritonserver, by role."""
+
+    stubs: frozenset[int]
+    """The Python backend stubs (the server's children): one per model instance."""
+
+    template_workers: dict[int, int]
+    """Request-template worker pid -> the chat_render stub that owns it. A worker is replaced by
+    design after a request over its limits, so only their owners and count must hold."""
+
+    others: dict[int, str]
+    """Anything else under the server, with its command line: there should be nothing."""
+
+    @classmethod
+    def of(cls, server_pid: int, settle_s: float = 10.0) -> "ServerProcesses":
+        """A snapshot; a process neither stub nor worker (a fork not yet exec'd, a short-lived
+        helper) gets up to ``settle_s`` to go before it counts."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            tree = tree_pids(server_pid)
+            stubs = frozenset(p for p, (pp, argv) in tree.items() if pp == server_pid and "python_backend_stub" in argv)
+            workers = {p: pp for p, (pp, argv) in tree.items() if pp in stubs and "template_worker" in argv}
+            others = {
+                p: argv for p, (_, argv) in tree.items() if p != server_pid and p not in stubs and p not in workers
+            }
+            if not others or time.monotonic() > deadline:
+                return cls(stubs, workers, others)
+            time.sleep(0.2)
+
+    @property
+    def pids(self) -> set[int]:
+        return set(self.stubs) | set(self.template_workers) | set(self.others)
 
 
 def rss_mb(pids) -> float:
@@ -159,9 +202,10 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     from client import RendererClient, RequestError, error_kind
 
     pid = int(Path(server.pid_file).read_text())
-    stubs_before = tree_pids(pid)
-    assert len(stubs_before) > 3, "no stub processes found under the server"
-    mem_before = rss_mb(stubs_before)
+    before = ServerProcesses.of(pid)
+    assert len(before.stubs) > 3, "no stub processes found under the server"
+    assert not before.others, f"unexpected processes under the server: {before.others}"
+    mem_before = rss_mb(before.pids | {pid})
     log_before = Path(server.log_file).stat().st_size
     outcomes: dict[str, int] = {}
     bad: list[str] = []
@@ -247,8 +291,8 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     with ThreadPoolExecutor(4) as ex:
         list(ex.map(one, range(N_REQUESTS)))
 
-    stubs_after = tree_pids(pid)
-    mem_after = rss_mb(stubs_after)
+    after = ServerProcesses.of(pid)
+    mem_after = rss_mb(after.pids | {pid})
     new_log = Path(server.log_file).read_bytes()[log_before:].decode(errors="replace")
     print(f"\nfuzz outcomes: {outcomes}; server+stubs RSS {mem_before:.0f} MB -> {mem_after:.0f} MB")
     report = Path(server.build_dir).parent / "reports" / "fuzz.json"  # cited by docs/RELIABILITY.md
@@ -260,7 +304,7 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
                 "outcomes": outcomes,
                 "rss_mb_before": round(mem_before),
                 "rss_mb_after": round(mem_after),
-                "stubs": len(stubs_before),
+                "stubs": len(before.stubs),
             },
             indent=1,
         )
@@ -270,7 +314,13 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     assert frontend < 0.01 * N_REQUESTS
     assert outcomes.get("ok", 0) + outcomes.get("client error", 0) + frontend >= min(N_REQUESTS, 2000)
     assert outcomes.get("ok", 0) > 0 and outcomes.get("client error", 0) > 0
-    assert set(stubs_after) == set(stubs_before), "a stub process died or was restarted"
+    assert after.stubs == before.stubs, (
+        f"a stub died or was restarted: gone {sorted(before.stubs - after.stubs)}, new {sorted(after.stubs - before.stubs)}"
+    )
+    assert sorted(after.template_workers.values()) == sorted(before.template_workers.values()), (
+        f"chat_render stubs' template workers changed: {before.template_workers} -> {after.template_workers}"
+    )
+    assert not after.others, f"unexpected processes under the server: {after.others}"
     for marker in ("Non-graceful termination", "Stub process", "unhealthy", "Segmentation", "Signal ("):
         assert marker not in new_log, f"server log shows {marker!r}"
     assert mem_after - mem_before < 500, f"memory grew by {mem_after - mem_before:.0f} MB"
