@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import logging
 import os
 import signal
@@ -115,6 +116,55 @@ def server_ready(http_url: str) -> bool:
         return False
 
 
+def _get_json(url: str, token: str, body: bytes | None = None) -> object:
+    req = urllib.request.Request(  # noqa: S310 (the launcher's own http:// address)
+        url, data=body, method="POST" if body is not None else "GET", headers={TOKEN_HEADER: token}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310
+        return json.loads(r.read())
+
+
+def stub_count(config: dict) -> int | None:
+    """How many stubs a loaded model's config (Triton's JSON form) runs: one per instance of a
+    Python-backend model; 0 for any other backend or an ensemble; None where it cannot be told
+    (a GPU group that names no GPUs)."""
+    if config.get("backend") != "python":
+        return 0
+    total = 0
+    for group in config.get("instance_group") or [{"count": 1}]:
+        count = int(group.get("count", 1))
+        if group.get("kind") == "KIND_GPU":
+            if not group.get("gpus"):
+                return None
+            count *= len(group["gpus"])
+        total += count
+    return total
+
+
+def expected_stubs(http_url: str, token: str) -> dict[str, int]:
+    """Each ready Python model's stub count by its config; {} if the server cannot say."""
+    try:
+        index = _get_json(f"{http_url}/v2/repository/index", token, b'{"ready": true}')
+        out: dict[str, int] = {}
+        for name in sorted({str(m["name"]) for m in index if isinstance(m, dict) and "name" in m}):  # type: ignore[union-attr]
+            count = stub_count(_get_json(f"{http_url}/v2/models/{name}/config", token))  # type: ignore[arg-type]
+            if count:
+                out[name] = count
+        return out
+    except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException) as e:
+        log.warning("cannot read the models' instance counts (%s); a stub lost before the first look goes unseen", e)
+        return {}
+
+
+def short_of_stubs(stubs: dict[int, Stub], expected: dict[str, int]) -> list[str]:
+    """Models with fewer live stubs than their configs run: a stub died before the watchdog's
+    first look (between readiness and its baseline), so no later look would see it go."""
+    have: dict[str, int] = {}
+    for s in stubs.values():
+        have[s.model] = have.get(s.model, 0) + 1
+    return [m for m, n in sorted(expected.items()) if have.get(m, 0) < n]
+
+
 def retire_old_stubs(server_pid: int, model: str, old: dict[int, Stub], grace_s: float = 5.0) -> list[Stub]:
     """End the stubs of ``model``'s old instances that outlived its reload, and unlink their
     regions; returns those ended. Only once the model has as many new stubs as it had before
@@ -154,26 +204,40 @@ def watch(server_pid: int, http_url: str, token: str, interval_s: float = 1.0) -
     while alive(server_pid) and not server_ready(http_url):
         time.sleep(interval_s)
     known = stubs_of(server_pid)
-    # The line tests wait for: a stub that dies before this baseline is never seen to die.
+    # A stub that died between readiness and this baseline: its model has fewer stubs than its
+    # config says; reload it now (no later look would see that stub go).
+    short = short_of_stubs(known, expected_stubs(http_url, token))
+    if short and not _reload(server_pid, http_url, token, short, known, "fewer stubs than its config's instances"):
+        return
+    if short:
+        known = stubs_of(server_pid)
+    # The line tests wait for.
     log.info("watching %d stubs of tritonserver pid %d", len(known), server_pid)
     while alive(server_pid):
         time.sleep(interval_s)
         current = stubs_of(server_pid)
         dead = [s for pid, s in known.items() if pid not in current]
         if dead and alive(server_pid):
-            for model in sorted({s.model for s in dead}):
-                log.warning("stub of model %s died; reloading the model", model)
-                try:
-                    if reload_model(http_url, model, token):
-                        log.warning("model %s reloaded", model)
-                        retire_old_stubs(server_pid, model, known)
-                except ServerGoneError:
-                    return
+            if not _reload(server_pid, http_url, token, sorted({s.model for s in dead}), known, "a stub died"):
+                return
             for s in dead:
                 if s.region:
                     Path("/dev/shm", s.region).unlink(missing_ok=True)
             current = stubs_of(server_pid)
         known = current
+
+
+def _reload(server_pid: int, http_url: str, token: str, models: list[str], known: dict[int, Stub], why: str) -> bool:
+    """Reload each model and end its old instances' stubs; False once the server is gone."""
+    for model in models:
+        log.warning("model %s: %s; reloading it", model, why)
+        try:
+            if reload_model(http_url, model, token):
+                log.warning("model %s reloaded", model)
+                retire_old_stubs(server_pid, model, known)
+        except ServerGoneError:
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import pytest
 
 from client import RendererClient, RequestError
 from renderer.request_json import MAX_NESTING_DEPTH
-from serving.watchdog import alive, stubs_of
+from serving.watchdog import alive, expected_stubs, stubs_of
 
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
@@ -149,3 +149,31 @@ def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
         assert c.is_ready()
     time.sleep(2.0)  # the watchdog must not take the ended stubs for new deaths and reload again
     assert stub_pids(s, "chat_render") == new
+
+
+def watchdog_token(s) -> str:
+    """The token this server's watchdog was started with (from its environment: the test runs as
+    the same user; nothing else exposes it)."""
+    marker = f"--server-pid\0{server_pid(s)}\0".encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"serving.watchdog" in cmdline.read_bytes() and marker in cmdline.read_bytes():
+                environ = (cmdline.parent / "environ").read_bytes().split(b"\0")
+                return next(v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"WATCHDOG_TOKEN="))
+        except OSError:
+            continue
+    raise AssertionError("no watchdog runs for this server")
+
+
+def test_watchdog_expects_the_stubs_the_server_runs(default_server):
+    """The instance counts the watchdog reads from the live configs (its check for a stub lost
+    before its first look) equal the stubs running, model by model, so a healthy start reloads
+    nothing."""
+    s = default_server
+    counts: dict[str, int] = {}
+    for stub in stubs_of(server_pid(s)).values():
+        counts[stub.model] = counts.get(stub.model, 0) + 1
+    expected = expected_stubs(s.http_url, watchdog_token(s))
+    assert expected["chat_render"] == INSTANCES
+    assert expected == counts
+    assert "fewer stubs" not in (Path(s.build_dir) / "watchdog.log").read_text()
