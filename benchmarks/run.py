@@ -39,7 +39,6 @@ import dataclasses
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -358,13 +357,9 @@ def streaming(n: int, max_tokens: int) -> dict[str, Any]:
 
 def floor_templates() -> Path:
     """``model_repository/`` with ``tokenize`` and ``chat_render`` replaced by ``benchmarks/floor``."""
-    dst = WORK / "floor-templates"
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(ROOT / "model_repository", dst, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("tokenize", "chat_render"):
-        shutil.copy(ROOT / "benchmarks" / "floor" / f"{name}.py", dst / name / "1" / "model.py")
-    return dst
+    from benchmarks.floor import repository_with_stand_ins
+
+    return repository_with_stand_ins(WORK / "floor-templates")
 
 
 def start_floor(s: Any) -> bool:

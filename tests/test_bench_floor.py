@@ -57,3 +57,18 @@ def test_floor_templates_replace_only_the_two_stages(tmp_path, monkeypatch):
     assert (dst / "detokenize" / "1" / "model.py").read_text() == (
         ROOT / "model_repository" / "detokenize" / "1" / "model.py"
     ).read_text()
+
+
+@pytest.mark.parametrize("replaced", [("chat_render",), ("tokenize",)])
+def test_floor_split_replaces_one_stage_and_keeps_the_other_real(tmp_path, replaced):
+    """``benchmarks/floor_split.py``'s half floors: one stage is its stand-in, the other the real one."""
+    from benchmarks.floor import STAGES, repository_with_stand_ins
+
+    dst = repository_with_stand_ins(tmp_path / "repo", replaced)
+    for model in STAGES:
+        source = (
+            ROOT / "benchmarks" / "floor" / f"{model}.py"
+            if model in replaced
+            else ROOT / "model_repository" / model / "1" / "model.py"
+        )
+        assert (dst / model / "1" / "model.py").read_text() == source.read_text(), model
