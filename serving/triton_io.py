@@ -8,6 +8,7 @@ and anything else into an internal error that names the model, never a dead stub
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -23,6 +24,11 @@ from renderer.request_json import parse_json
 from serving.flags import parse_flag
 
 log = logging.getLogger("renderer.triton")
+# A stub that dies of a native crash (SIGSEGV, SIGABRT, ...) first writes every thread's Python
+# stack to its stderr, which is the server's log: the only trace such a crash leaves (a rare
+# detokenize crash on a request thread had none). The backend's own handler still runs after.
+if not faulthandler.is_enabled():
+    faulthandler.enable(all_threads=True)
 # Per input tensor; the launcher sets it from MAX_INPUT_BYTES. Triton 2.51 has no body limit.
 MAX_INPUT_BYTES = int(os.environ.get("RENDERER_MAX_INPUT_BYTES", 64 * 1024 * 1024))
 

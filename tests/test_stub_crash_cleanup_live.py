@@ -105,7 +105,7 @@ def test_deep_input_is_a_400_on_the_default_path(default_server, hf_tokenizer, p
 
 
 def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
-    """SIGKILL one chat_render stub; after the watchdog's reload, no process of the old instances
+    """Crash one chat_render stub (SIGSEGV); after the watchdog's reload, no process of the old instances
     remains, none of their /dev/shm regions either, and the model serves correct ids again."""
     s = default_server
     pid = server_pid(s)
@@ -123,7 +123,9 @@ def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
         assert time.monotonic() < wait_until, "the watchdog never started watching"
         time.sleep(0.2)
     victim = min(old)
-    os.kill(victim, signal.SIGKILL)
+    log_before = Path(s.log_file).stat().st_size
+    # SIGSEGV, as a native crash dies: the stub writes its threads' Python stacks first.
+    os.kill(victim, signal.SIGSEGV)
     killed_at = time.monotonic()
     deadline = killed_at + 120
     new: set[int] = set()
@@ -141,6 +143,9 @@ def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
     assert not left_regions, f"regions of the old instances left: {left_regions}"
     assert stub_pids(s, "chat_render") == new
     assert others <= set(stubs_of(pid)), "a stub of another model was touched"
+    crash_log = Path(s.log_file).read_bytes()[log_before:].decode(errors="replace")
+    assert "Fatal Python error: Segmentation fault" in crash_log, "the crashed stub left no Python stack"
+    assert "most recent call first" in crash_log
 
     expected = list(hf_tokenizer.apply_chat_template(HI, tokenize=True, add_generation_prompt=True, return_dict=False))
     with RendererClient(f"{s.host}:{s.http_port}") as c:
