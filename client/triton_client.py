@@ -299,6 +299,7 @@ class RendererClient:
         # "triton_grpc_error": Triton (24.09 on) then ends the stream on an error with its gRPC
         # status code (INVALID_ARGUMENT for a bad request), which otherwise a stream does not carry.
         self._client.start_stream(callback=lambda result, error: q.put((result, error)), headers=GRPC_STREAM_ERRORS)
+        ended = False  # the server closed the request (final response or error)
         try:
             self._client.async_stream_infer(model, self._inputs(tensors), enable_empty_final_response=True)
             while True:
@@ -312,6 +313,7 @@ class RendererClient:
                     # With GRPC_STREAM_ERRORS an error from a model ends the stream with its code;
                     # a request Triton refuses before any model runs comes without one.
                     status, message = error.status(), error.message() or ""
+                    ended = True
                     raise RequestError(status, message, None if status else triton_check_kind(message))
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 text = result.as_numpy("text_output")
@@ -319,11 +321,22 @@ class RendererClient:
                     ids = result.as_numpy("output_ids")  # the TensorRT-LLM front returns text only
                     yield Generated(text.reshape(-1)[0].decode(), [] if ids is None else ids.reshape(-1).tolist())
                 if final:
+                    ended = True
                     return
         finally:
-            self._client.stop_stream()
+            # A stream the server never ended (a timeout, a stub that died mid-generation, a
+            # caller that stopped reading) is cancelled: a plain stop_stream waits for it forever.
+            self._client.stop_stream(cancel_requests=not ended)
 
     def _stream_http(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
+        try:
+            yield from self._stream_http_events(model, tensors)
+        except TimeoutError:
+            # The gRPC path's wording: a stream whose server went silent (a stub that died
+            # mid-generation leaves its stream open) ends as an error, never a raw socket timeout.
+            raise RequestError("DEADLINE_EXCEEDED", f"no response from '{model}' within {self.timeout_s} s") from None
+
+    def _stream_http_events(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
         body = _generate_body(tensors)
         req = urllib.request.Request(
             f"http://{self.url}/v2/models/{model}/generate_stream",

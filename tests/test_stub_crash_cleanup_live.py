@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -182,3 +183,71 @@ def test_watchdog_expects_the_stubs_the_server_runs(default_server):
     assert expected["chat_render"] == INSTANCES
     assert expected == counts
     assert "fewer stubs" not in (Path(s.build_dir) / "watchdog.log").read_text()
+
+
+@pytest.fixture()
+def chat_server(server_settings):
+    """A generation server (the ``chat`` ensemble: detokenize drives the engine), one per test:
+    after the crash below its engine stays blocked (docs/RELIABILITY.md, known limits)."""
+    from serving import launch
+
+    s = replace(
+        server_settings,
+        openai_port=0,
+        build_dir=str(ROOT / "build" / "b-stream-crash"),
+        models="chat",
+        http_port=22110,
+        grpc_port=22111,
+        metrics_port=22112,
+        tokenize_instances=1,
+    )
+    launch.stop(s)
+    assert launch.start(s) == 0, f"tritonserver did not start; see {s.log_file}"
+    yield s
+    launch.stop(s)
+
+
+STREAM_TIMEOUT_S = 10.0
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, protocol):
+    """A stream generating when the detokenize stub dies: Triton 2.51 never completes a dead stub's
+    decoupled requests, so the client's timeout is what ends it; it ends as an error of kind
+    "unavailable" within that timeout (never a hang, a raw socket error or a client error), over
+    HTTP and gRPC (whose client used to wait for the dead stream forever when it stopped it)."""
+    s = chat_server
+    [victim] = stub_pids(s, "detokenize")
+    got: list[int] = []
+    outcome: list[object] = []
+    started = threading.Event()
+
+    def stream() -> None:
+        port = s.http_port if protocol == "http" else s.grpc_port
+        try:
+            with RendererClient(f"{s.host}:{port}", protocol, timeout_s=STREAM_TIMEOUT_S) as c:
+                for piece in c.generate(
+                    "chat", messages=HI, max_tokens=600, stream=True, sampling_params={"ignore_eos": True}
+                ):
+                    got.append(len(piece.output_ids))
+                    started.set()
+            outcome.append("finished")
+        except RequestError as e:
+            outcome.append(e)
+        except Exception as e:  # noqa: BLE001 - anything else is the failure this test looks for
+            outcome.append(f"raw {type(e).__name__}: {e}")
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    assert started.wait(60), "no token within 60 s"
+    assert got and not outcome, f"the stream ended before the kill: {outcome}"
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    thread.join(STREAM_TIMEOUT_S + 60)
+    assert not thread.is_alive(), "the stream outlived its client's timeout"
+    [result] = outcome
+    assert isinstance(result, RequestError), result
+    assert result.kind == "unavailable", f"{result.status} {result.message}"
+    assert time.monotonic() - killed_at < STREAM_TIMEOUT_S + 30
