@@ -120,20 +120,22 @@ def test_sse_error_after_the_header_is_unknown_not_client() -> None:
 class _FakeStream:
     """What ``tritonclient.grpc`` hands the stream callback when Triton ends a stream with an error."""
 
-    def __init__(self, error: InferenceServerException) -> None:
+    def __init__(self, error: InferenceServerException | None) -> None:  # None: the server never answers
         self.error = error
         self.headers: dict[str, str] | None = None
         self.callback: Callable[[Any, Any], None] | None = None
+        self.cancelled: bool | None = None  # what the client passed to stop_stream
 
     def start_stream(self, callback: Callable[[Any, Any], None], headers: dict[str, str] | None = None) -> None:
         self.callback, self.headers = callback, headers
 
     def async_stream_infer(self, *args: Any, **kwargs: Any) -> None:
         assert self.callback is not None
-        self.callback(None, self.error)
+        if self.error is not None:
+            self.callback(None, self.error)
 
-    def stop_stream(self) -> None:
-        pass
+    def stop_stream(self, cancel_requests: bool = False) -> None:  # tritonclient.grpc's signature
+        self.cancelled = cancel_requests
 
     def close(self) -> None:
         pass
@@ -162,6 +164,17 @@ def test_grpc_stream_error_kind(status: str | None, message: str, kind: str) -> 
     assert e.value.kind == kind and e.value.message == message
     assert e.value.status == (status or "")
     assert fake.headers == GRPC_STREAM_ERRORS  # what makes Triton send a model's code at all
+    assert fake.cancelled is False  # the error ended the request on the server: nothing to cancel
+
+
+def test_grpc_stream_the_server_never_ends_is_cancelled() -> None:
+    c = RendererClient("127.0.0.1:1", "grpc", timeout_s=0.2)
+    fake = _FakeStream(None)
+    c._client = fake
+    with pytest.raises(RequestError) as e:
+        list(c.generate("completion", prompt="hi", max_tokens=2, stream=True))
+    assert (e.value.status, e.value.kind) == ("DEADLINE_EXCEEDED", "unavailable")
+    assert fake.cancelled is True  # a plain stop_stream would wait for the dead stream forever
 
 
 @pytest.mark.parametrize(
