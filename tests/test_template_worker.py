@@ -27,6 +27,7 @@ from renderer.chat import ChatParams, ChatRenderer, ChatTemplateSource, Template
 from renderer.chat import apply as apply_module
 from renderer.chat import content_format as content_format_module
 from renderer.chat.template_worker import RequestTemplateLimits, TemplateWorker
+from serving.watchdog import alive
 from renderer.errors import (
     ChatTemplateRenderError,
     ChatTemplateResourceError,
@@ -89,15 +90,6 @@ MEMORY_ATTACKS = {
     + "".join(f"{{% set s{i + 1} %}}{{{{ s{i} }}}}{{{{ s{i} }}}}{{% endset %}}" for i in range(9))
     + "{{ s9|length }}",
 }
-
-
-def alive(pid: int) -> bool:
-    """Running, or dead but not yet reaped by its parent."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def exists(pid: int) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from client import RendererClient, RequestError
-from serving.watchdog import stubs_of
+from serving.watchdog import alive, stubs_of
 from test_template_worker import COMPILE_MAX_BYTES, CPU_ATTACKS, NESTED_TUPLE, SLOW_COMPILE
 
 pytestmark = pytest.mark.live
@@ -97,14 +97,6 @@ def workers_of(parents: list[int]) -> dict[int, list[int]]:
         if fields[0] != "Z" and int(fields[1]) in out and WORKER_MODULE in cmdline:
             out[int(fields[1])].append(int(stat_path.parent.name))
     return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def rss_mb(pid: int) -> float:
