@@ -11,7 +11,9 @@ Behaviour a consumer of the real engine relies on, kept here:
   an empty final response (TensorRT-LLM's cancellation); a cancelled client request stops too.
 
 Requests run one at a time on a worker thread, so ``execute`` returns at once and a ``stop``
-request is answered while another request generates.
+request is answered while another request generates. Each request's responses go out through its
+own ``ResponseOutbox``, so a caller that stopped taking them (its stub died) holds up only that
+request, which the worker then drops.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import triton_python_backend_utils as pb_utils
 
 from serving import triton_io as io
 from serving import trtllm_request
+from serving.response_outbox import ResponseOutbox
 from serving.standin_engine import Generator
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -78,20 +81,26 @@ class TritonPythonModel:
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
             request, sender, req, cancel = item
+            outbox = ResponseOutbox(sender, f"{self.name}-send", FINAL)
             try:
-                self._generate(request, sender, req, cancel)
+                self._generate(request, outbox, req, cancel)
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
-                sender.send(io.error_response(e, self.name), flags=FINAL)
+                outbox.send(io.error_response(e, self.name), flags=FINAL)
             finally:
                 with self._lock:
                     if self._running.get(req.request_id) is cancel:
                         del self._running[req.request_id]
 
-    def _generate(self, request: Any, sender: Any, req: trtllm_request.EngineRequest, cancel: threading.Event) -> None:
+    def _generate(
+        self, request: Any, sender: ResponseOutbox, req: trtllm_request.EngineRequest, cancel: threading.Event
+    ) -> None:
         generated: list[int] = []
         for step in self.generator.generate(req, cancel):
-            # Ask before sending: once the final response is out the request must not be touched.
+            # Ask before queueing the final response: once it is out the request must not be touched.
             if request.is_cancelled():
+                cancel.set()
+            if sender.stalled() and not cancel.is_set():
+                pb_utils.Logger.log_warn(f"{self.name}: a request's caller stopped taking responses; dropped")
                 cancel.set()
             generated += step.new_ids
             if req.streaming:

@@ -36,6 +36,7 @@ import triton_python_backend_utils as pb_utils
 
 from renderer.errors import RenderError
 from serving import trtllm_request
+from serving.response_outbox import ResponseOutbox
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -114,7 +115,8 @@ class VllmEngineModel:
         return arr[0] if arr.ndim else arr
 
     async def _serve(self, request: Any) -> None:
-        sender = request.get_response_sender()
+        # Sends leave the event loop: one to a caller whose stub died would block it for good.
+        sender = ResponseOutbox(request.get_response_sender(), f"{self.name}-send", FINAL)
         try:
             stop = self._get(request, "stop")
             if stop is not None and bool(stop.reshape(-1)[0]):
@@ -171,7 +173,7 @@ class VllmEngineModel:
             sp._bad_words_token_ids = [list(w) for w in req.bad_words]
         return sp
 
-    async def _generate(self, request: Any, sender: Any, req: trtllm_request.EngineRequest) -> None:
+    async def _generate(self, request: Any, sender: ResponseOutbox, req: trtllm_request.EngineRequest) -> None:
         vllm_id = f"{req.request_id or 'req'}-{next(self._ids)}"
         if req.request_id:
             self._running[req.request_id] = vllm_id
@@ -190,6 +192,9 @@ class VllmEngineModel:
                         delta, done = delta[:cut], True
                     generated += delta
                     if request.is_cancelled():
+                        done = True
+                    elif sender.stalled():
+                        pb_utils.Logger.log_warn(f"{self.name}: a request's caller stopped taking responses; dropped")
                         done = True
                     if req.streaming and (delta or done):
                         sender.send(self._response(delta), flags=FINAL if done else 0)

@@ -16,6 +16,7 @@ import pytest
 
 from client import RendererClient, RequestError
 from renderer.request_json import MAX_NESTING_DEPTH
+from serving.response_outbox import DEFAULT_STALL_S
 from serving.watchdog import alive, expected_stubs, stubs_of
 
 # Every test here talks to a real tritonserver.
@@ -187,8 +188,7 @@ def test_watchdog_expects_the_stubs_the_server_runs(default_server):
 
 @pytest.fixture()
 def chat_server(server_settings):
-    """A generation server (the ``chat`` ensemble: detokenize drives the engine), one per test:
-    after the crash below its engine stays blocked (docs/RELIABILITY.md, known limits)."""
+    """A generation server (the ``chat`` ensemble: detokenize drives the engine), one per test."""
     from serving import launch
 
     s = replace(
@@ -215,9 +215,14 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     """A stream generating when the detokenize stub dies: Triton 2.51 never completes a dead stub's
     decoupled requests, so the client's timeout is what ends it; it ends as an error of kind
     "unavailable" within that timeout (never a hang, a raw socket error or a client error), over
-    HTTP and gRPC (whose client used to wait for the dead stream forever when it stopped it)."""
+    HTTP and gRPC (whose client used to wait for the dead stream forever when it stopped it).
+    Once the watchdog has reloaded ``detokenize``, generation works again with the same ids: the
+    engine's sends to the dead stub block only that request's outbox (serving/response_outbox.py),
+    where they used to block the engine for good."""
     s = chat_server
     [victim] = stub_pids(s, "detokenize")
+    with RendererClient(f"{s.host}:{s.grpc_port}", "grpc", timeout_s=60) as c:
+        [before] = list(c.generate("chat", messages=HI, max_tokens=8))
     got: list[int] = []
     outcome: list[object] = []
     started = threading.Event()
@@ -251,3 +256,21 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     assert isinstance(result, RequestError), result
     assert result.kind == "unavailable", f"{result.status} {result.message}"
     assert time.monotonic() - killed_at < STREAM_TIMEOUT_S + 30
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (stub_pids(s, "detokenize") - {victim}):
+        time.sleep(0.2)
+    assert stub_pids(s, "detokenize") - {victim}, "the watchdog did not reload detokenize within 60 s"
+    # The engine drops the dead caller's request once one send has waited DEFAULT_STALL_S.
+    recover_s = DEFAULT_STALL_S + 30
+    with RendererClient(f"{s.host}:{s.grpc_port}", "grpc", timeout_s=recover_s) as c:
+        start = time.monotonic()
+        after = None
+        while after is None:
+            try:
+                [after] = list(c.generate("chat", messages=HI, max_tokens=8))
+            except RequestError as e:  # the reload's window: the model is briefly not there
+                assert e.kind != "client" and time.monotonic() - start < recover_s, repr(e)
+                time.sleep(0.5)
+    assert after.output_ids == before.output_ids and after.text == before.text
+    print(f"\ngeneration served again {time.monotonic() - killed_at:.1f} s after the kill")
