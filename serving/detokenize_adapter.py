@@ -42,6 +42,7 @@ from renderer.errors import RenderError
 from renderer.model_info import ModelInfo
 from renderer.tokenizer import Tokenizer
 from serving import triton_io as io
+from serving.deferred_release import DeferredRelease
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
@@ -61,6 +62,12 @@ class TritonPythonModel:
         self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
         self._running: dict[str, threading.Event] = {}  # request id -> set to cancel it
         self._lock = threading.Lock()
+        # Every BLS call's Python objects outlive the stub's own references to them, so none is
+        # freed without the GIL (serving/deferred_release.py).
+        self._finished = DeferredRelease(f"{self.name}-release")
+
+    def finalize(self) -> None:
+        self._finished.close()
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -81,14 +88,16 @@ class TritonPythonModel:
         if rid:
             with self._lock:
                 self._running[rid] = cancel
+        held: list[Any] = [request]  # the BLS calls' objects, added as they are made
         try:
-            self._generate(request, sender, cancel)
+            self._generate(request, sender, cancel, held)
         except Exception as e:  # noqa: BLE001 - the error goes to this request only
             sender.send(io.error_response(e, self.name), flags=FINAL)
         finally:
             with self._lock:
                 if self._running.get(rid) is cancel:
                     del self._running[rid]
+            self._finished.keep(*held)
 
     def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
         """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
@@ -113,8 +122,9 @@ class TritonPythonModel:
             prompt_ids = io.get_ids(request, "decoder_input_ids")
         return tensors, prompt_ids
 
-    def _generate(self, request: Any, sender: Any, cancel: threading.Event) -> None:
+    def _generate(self, request: Any, sender: Any, cancel: threading.Event, held: list[Any]) -> None:
         tensors, prompt_ids = self._engine_inputs(request)
+        held.append(tensors)
         stream = bool(io.get_scalar(request, "streaming", bool))
         detok = IncrementalDetokenizer(
             self.tokenizer,
@@ -135,7 +145,9 @@ class TritonPythonModel:
         )
         n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
         done = sent_final = cancelled = False
-        for response in engine_request.exec(decoupled=True):
+        responses = engine_request.exec(decoupled=True)
+        held += (engine_request, responses)
+        for response in responses:
             if done:
                 continue  # draining a request ended here
             if response.has_error():
@@ -154,7 +166,7 @@ class TritonPythonModel:
             if not done and (cancel.is_set() or request.is_cancelled()):
                 done = cancelled = True
             if done and not _ended_by_engine(progress):
-                self._cancel(request_id, tensors)
+                self._cancel(request_id, tensors, held)
         if sent_final:
             return
         detok.end("abort" if cancelled else "length")  # no-op when the text already ended it
@@ -166,7 +178,7 @@ class TritonPythonModel:
             ids = prompt_ids + ids
         sender.send(_response(text, ids, detok.finish_reason, n_prompt), flags=FINAL)
 
-    def _cancel(self, request_id: str, tensors: list[Any]) -> None:
+    def _cancel(self, request_id: str, tensors: list[Any], held: list[Any]) -> None:
         """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
         required = {t.name(): t for t in tensors if t.name() in ("input_ids", "input_lengths", "request_output_len")}
         stop = pb_utils.InferenceRequest(
@@ -175,7 +187,9 @@ class TritonPythonModel:
             requested_output_names=ENGINE_OUTPUTS,
             request_id=request_id,
         )
-        for _ in stop.exec(decoupled=True):
+        responses = stop.exec(decoupled=True)
+        held += (stop, responses)
+        for _ in responses:
             pass
 
 

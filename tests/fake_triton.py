@@ -14,6 +14,7 @@ check is what makes the configs, not the adapters' literals, the one source of t
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import queue
@@ -202,6 +203,35 @@ def install() -> types.ModuleType:
     module = sys.modules[__name__]
     sys.modules["triton_python_backend_utils"] = module
     return module
+
+
+ADAPTER_MODULES = (
+    "triton_python_backend_utils",
+    "serving.triton_io",
+    "serving.llm_adapter",
+    "serving.detokenize_adapter",
+)
+"""The stub modules the adapters import: bound to this stand-in while it is installed."""
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[types.ModuleType]:
+    """``install()`` for a block; afterwards the adapter modules and the in-process models are
+    removed again, so no other test sees the stand-in."""
+    before = {name: sys.modules.get(name) for name in ADAPTER_MODULES}
+    try:
+        yield install()
+    finally:
+        for name, module in before.items():
+            package, _, attr = name.rpartition(".")
+            if module is None:
+                sys.modules.pop(name, None)
+                if package in sys.modules:  # `from serving import triton_io` reads the attribute first
+                    vars(sys.modules[package]).pop(attr, None)
+            else:
+                sys.modules[name] = module
+        for name in [n for n in sys.modules if n.startswith("inprocess_")]:
+            del sys.modules[name]
 
 
 # --- checking a response against a config --------------------------------------------------------

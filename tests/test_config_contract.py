@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,9 +28,6 @@ from tests.mm_images import data_url, png
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "model_repository"
 BUILTIN = {"text": "smollm2", "qwen2_vl": "qwen2-vl", "pixtral": "pixtral"}
-
-# The stub modules the adapters import; removed again so no other test sees the stand-in.
-STUB_MODULES = ("triton_python_backend_utils", "serving.triton_io", "serving.llm_adapter", "serving.detokenize_adapter")
 
 
 def strings(*values: str) -> np.ndarray:
@@ -75,19 +71,8 @@ IMAGE_PATH = {"chat_render", "tokenize", "mm_process", "generation_params", "det
 
 @pytest.fixture(scope="module")
 def stub_backend():
-    before = {name: sys.modules.get(name) for name in STUB_MODULES}
-    fake_triton.install()
-    yield
-    for name, module in before.items():
-        package, _, attr = name.rpartition(".")
-        if module is None:
-            sys.modules.pop(name, None)
-            if package in sys.modules:  # `from serving import triton_io` reads the attribute first
-                vars(sys.modules[package]).pop(attr, None)
-        else:
-            sys.modules[name] = module
-    for name in [n for n in sys.modules if n.startswith("inprocess_")]:
-        del sys.modules[name]
+    with fake_triton.installed():
+        yield
 
 
 @pytest.fixture(scope="module", params=list(BUILTIN))

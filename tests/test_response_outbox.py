@@ -8,7 +8,6 @@ live twin, a real ``detokenize`` stub killed mid-stream, is in tests/test_stub_c
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -100,33 +99,20 @@ def test_the_default_stall_is_read_when_the_outbox_is_made(monkeypatch):
 
 # --- the stand-in engine's adapter, in process ----------------------------------------------------
 
-STUB_MODULES = ("triton_python_backend_utils", "serving.triton_io", "serving.llm_adapter")
-
 
 @pytest.fixture(scope="module")
 def llm(tmp_path_factory):
     """The rendered repository's ``llm`` model, loaded as the stub would, on the fake backend."""
-    before = {name: sys.modules.get(name) for name in STUB_MODULES}
-    fake_triton.install()
     from serving import launch
 
-    s = replace(launch.Settings(), build_dir=str(tmp_path_factory.mktemp("outbox")), openai_port=0)
-    launch.prepare(s)
-    repo = fake_triton.InProcessRepository(s.repository)
-    try:
-        yield repo.model("llm")
-    finally:
-        repo.finalize()
-        for name, module in before.items():
-            package, _, attr = name.rpartition(".")
-            if module is None:
-                sys.modules.pop(name, None)
-                if package in sys.modules:
-                    vars(sys.modules[package]).pop(attr, None)
-            else:
-                sys.modules[name] = module
-        for name in [n for n in sys.modules if n.startswith("inprocess_")]:
-            del sys.modules[name]
+    with fake_triton.installed():
+        s = replace(launch.Settings(), build_dir=str(tmp_path_factory.mktemp("outbox")), openai_port=0)
+        launch.prepare(s)
+        repo = fake_triton.InProcessRepository(s.repository)
+        try:
+            yield repo.model("llm")
+        finally:
+            repo.finalize()
 
 
 def engine_request(ids: list[int], max_tokens: int) -> fake_triton.Request:

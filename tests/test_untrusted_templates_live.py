@@ -49,7 +49,8 @@ ATTACKS: dict[str, tuple[str, str]] = {
     ),
     "lipsum": ("{{ lipsum(80000)|length }}", f"{TIME}|{SANDBOX}"),
     "urlize": ("{{ ('www.example.com ' * 470000)|urlize|length }}", f"{TIME}|{SANDBOX}"),
-    "wordwrap": ("{{ ('a ' * 3900000)|wordwrap(1)|length }}", f"{TIME}|{SANDBOX}"),
+    # Over the 8M-character output cap: a machine fast enough to finish inside the deadline gets the cap.
+    "wordwrap": ("{{ ('a ' * 6000000)|wordwrap(1)|length }}", f"{TIME}|{SANDBOX}"),
     "slow compile under a raised byte limit": (SLOW_COMPILE, TIME),
     "over the byte limit": (
         "{{ 'x' }}" * 120000,
