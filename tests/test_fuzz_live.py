@@ -51,6 +51,14 @@ def tree_pids(root: int) -> dict[int, tuple[int, str]]:
     return out
 
 
+def is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
 def describe(pid: int) -> str:
     """A process's command line, cut short (what a failure message needs to name it)."""
     try:
@@ -74,6 +82,10 @@ class ServerProcesses:
     others: dict[int, str]
     """Anything else under the server, with its command line: there should be nothing."""
 
+    exited: frozenset[int] = frozenset()
+    """Children that have exited and that the server never reaped (zombies): a stub that crashed
+    before this snapshot (Triton 2.51 does not wait for it). The fuzz may add none."""
+
     @classmethod
     def of(cls, server_pid: int, settle_s: float = 10.0) -> "ServerProcesses":
         """A snapshot; a process neither stub nor worker (a fork not yet exec'd, a short-lived
@@ -83,11 +95,11 @@ class ServerProcesses:
             tree = tree_pids(server_pid)
             stubs = frozenset(p for p, (pp, argv) in tree.items() if pp == server_pid and "python_backend_stub" in argv)
             workers = {p: pp for p, (pp, argv) in tree.items() if pp in stubs and "template_worker" in argv}
-            others = {
-                p: argv for p, (_, argv) in tree.items() if p != server_pid and p not in stubs and p not in workers
-            }
+            rest = {p: argv for p, (_, argv) in tree.items() if p != server_pid and p not in stubs and p not in workers}
+            exited = frozenset(p for p in rest if is_zombie(p))
+            others = {p: argv for p, argv in rest.items() if p not in exited}
             if not others or time.monotonic() > deadline:
-                return cls(stubs, workers, others)
+                return cls(stubs, workers, others, exited)
             time.sleep(0.2)
 
     @property
@@ -205,6 +217,8 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
     before = ServerProcesses.of(pid)
     assert len(before.stubs) > 3, "no stub processes found under the server"
     assert not before.others, f"unexpected processes under the server: {before.others}"
+    if before.exited:
+        print(f"\nexited and never reaped before the fuzz (a stub crashed earlier): {sorted(before.exited)}")
     mem_before = rss_mb(before.pids | {pid})
     log_before = Path(server.log_file).stat().st_size
     outcomes: dict[str, int] = {}
@@ -321,6 +335,7 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
         f"chat_render stubs' template workers changed: {before.template_workers} -> {after.template_workers}"
     )
     assert not after.others, f"unexpected processes under the server: {after.others}"
+    assert after.exited <= before.exited, f"processes under the server died: {sorted(after.exited - before.exited)}"
     for marker in ("Non-graceful termination", "Stub process", "unhealthy", "Segmentation", "Signal ("):
         assert marker not in new_log, f"server log shows {marker!r}"
     assert mem_after - mem_before < 500, f"memory grew by {mem_after - mem_before:.0f} MB"
