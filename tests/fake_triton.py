@@ -234,6 +234,24 @@ def installed() -> Iterator[types.ModuleType]:
             del sys.modules[name]
 
 
+@contextlib.contextmanager
+def rendered_repository(build_dir: Path, **settings: Any) -> Iterator["InProcessRepository"]:
+    """The launcher's repository for ``settings`` (the default model unless they say otherwise),
+    rendered into ``build_dir`` and run in process on this stand-in; finalized afterwards."""
+    from dataclasses import replace
+
+    from serving import launch
+
+    with installed():
+        s = replace(launch.Settings(), build_dir=str(build_dir), openai_port=0, **settings)
+        launch.prepare(s)
+        repo = InProcessRepository(s.repository)
+        try:
+            yield repo
+        finally:
+            repo.finalize()
+
+
 # --- checking a response against a config --------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -55,16 +54,8 @@ def test_close_lets_go_of_everything():
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    from serving import launch
-
-    with fake_triton.installed():
-        s = replace(launch.Settings(), build_dir=str(tmp_path_factory.mktemp("release")), openai_port=0)
-        launch.prepare(s)
-        repository = fake_triton.InProcessRepository(s.repository)
-        try:
-            yield repository
-        finally:
-            repository.finalize()
+    with fake_triton.rendered_repository(tmp_path_factory.mktemp("release")) as repository:
+        yield repository
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -103,16 +102,8 @@ def test_the_default_stall_is_read_when_the_outbox_is_made(monkeypatch):
 @pytest.fixture(scope="module")
 def llm(tmp_path_factory):
     """The rendered repository's ``llm`` model, loaded as the stub would, on the fake backend."""
-    from serving import launch
-
-    with fake_triton.installed():
-        s = replace(launch.Settings(), build_dir=str(tmp_path_factory.mktemp("outbox")), openai_port=0)
-        launch.prepare(s)
-        repo = fake_triton.InProcessRepository(s.repository)
-        try:
-            yield repo.model("llm")
-        finally:
-            repo.finalize()
+    with fake_triton.rendered_repository(tmp_path_factory.mktemp("outbox")) as repo:
+        yield repo.model("llm")
 
 
 def engine_request(ids: list[int], max_tokens: int) -> fake_triton.Request:
