@@ -68,6 +68,7 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._finished.close()
+        io.release_before_teardown()
 
     def execute(self, requests: list) -> None:
         for request in requests:

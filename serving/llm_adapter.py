@@ -71,6 +71,7 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self._queue.put(None)
         self._worker.join(timeout=10)
+        io.release_before_teardown()
 
     def _stop(self, request_id: str) -> None:
         with self._lock:

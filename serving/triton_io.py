@@ -9,6 +9,7 @@ and anything else into an internal error that names the model, never a dead stub
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import logging
 import os
@@ -174,3 +175,10 @@ def _is_later(later: Callable[[Any], bool], request: Any) -> bool:
         return bool(later(request))
     except Exception:  # noqa: BLE001 - a bad input is the build's to report, in the normal order
         return False
+
+
+def release_before_teardown() -> None:
+    """Free, at ``finalize``, the backend objects (requests, tensors, responses) still held by
+    cyclic garbage (a failed request's traceback, for one). Left to the interpreter's teardown,
+    the 2.51 stub frees them after itself and segfaults at every stop."""
+    gc.collect()

@@ -52,9 +52,15 @@ def servers(server, model_dir, tmp_path_factory):
         return started[name]
 
     yield get
+    crashed = []
     for name, s in started.items():
         if name != "smollm2":
             launch.stop(s)
+            # Every stub must end cleanly: the 2.51 stub segfaulted at each stop while a backend
+            # object (a metric, a failed request's tensors) outlived it (triton_io.release_before_teardown).
+            if "Fatal Python error" in Path(s.log_file).read_text(errors="replace"):
+                crashed.append(f"{name} ({s.log_file})")
+    assert not crashed, f"a stub crashed, at work or at the stop: {crashed}"
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.stage.close()
+        io.release_before_teardown()
 
     def _one(self, request: Any) -> Any:
         out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))

@@ -25,5 +25,8 @@ class TritonPythonModel:
         tensors["exclude_input_in_output"] = np.array([front.exclude_input_in_output], np.bool_)
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
 
+    def finalize(self) -> None:
+        io.release_before_teardown()
+
     def execute(self, requests: list) -> list:
         return io.respond_each(requests, "ensemble_params", self._one)

@@ -24,5 +24,8 @@ class TritonPythonModel:
         )
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(req.tensors(self.resolver)))
 
+    def finalize(self) -> None:
+        io.release_before_teardown()
+
     def execute(self, requests: list) -> list:
         return io.respond_each(requests, "generation_params", self._one)

@@ -77,3 +77,8 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.processor.close()
+        # Metrics go before their families and both while the stub still exists: left to the
+        # interpreter's teardown, the 2.51 stub frees them after itself and segfaults at every stop.
+        del self.hits, self.misses
+        del self.hits_family, self.misses_family
+        io.release_before_teardown()

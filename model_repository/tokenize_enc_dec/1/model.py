@@ -34,6 +34,9 @@ class TritonPythonModel:
         )
         return prompt, params
 
+    def finalize(self) -> None:
+        io.release_before_teardown()
+
     def execute(self, requests: list) -> list:
         prompts, params = io.parse_each(requests, self._parse)
         return [self._respond(res) for res in self.renderer.render_batch(prompts, params)]
