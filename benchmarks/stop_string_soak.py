@@ -15,7 +15,6 @@ import multiprocessing
 import shutil
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,19 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "stop-string-soak")
     a = ap.parse_args(argv)
 
+    from benchmarks.run import server_settings
     from client import RendererClient, RequestError
     from serving import launch
 
     shutil.rmtree(a.build_dir, ignore_errors=True)  # a fresh log: only this run's crashes count
-    s = replace(
-        launch.Settings(),
-        model_dir=str(ROOT / "build" / "models" / "smollm2-135m-instruct"),
+    s = server_settings(
         build_dir=str(a.build_dir),
         models="completion",
         http_port=PORT,
         grpc_port=PORT + 1,
         metrics_port=PORT + 2,
-        openai_port=0,
         tokenize_instances=1,
     )
     if launch.start(s) != 0:

@@ -19,7 +19,7 @@ from typing import Any
 
 DEFAULT_STALL_S = 10.0
 """How long one send may wait before the request's caller counts as gone. A healthy send returns
-in well under a millisecond; a busy 2-core host was never seen past a tenth of a second."""
+once the caller's stub has taken the response; only a dead caller leaves it waiting this long."""
 
 
 class ResponseOutbox:
