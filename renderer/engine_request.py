@@ -121,6 +121,14 @@ POSTPROCESS_INPUTS = _specs(
     ("skip_special_tokens", "TYPE_BOOL", (1,)),
 )
 
+# The prompt-length tensors a parameter step (``generation_params``, ``ensemble_params``) takes from
+# the step before it and hands on unchanged to ``detokenize``. They exist for the order, not the
+# values: with them every generation ensemble is a chain (render -> tokenize -> params -> detokenize),
+# so no two steps of one request are ever in flight together. Triton 2.51's ensemble scheduler frees
+# the client's request and then answers it (tritonserver dies of SIGSEGV) when one step fails while
+# a step that became ready beside it is still being scheduled (docs/RELIABILITY.md, "Ensembles run one step at a time").
+CHAINED_INPUTS = ("input_lengths",)
+
 # The engine inputs the post-processing model forwards as it got them; the prompt tensors and
 # ``streaming`` / ``exclude_input_in_output`` it sets itself.
 FORWARDED = tuple(

@@ -116,6 +116,13 @@ def tensor(name: str, value: Any, dtype: Any) -> Any:
     return pb_utils.Tensor(name, arr[np.newaxis, ...])
 
 
+def handed_on(request: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The inputs among ``names`` that the request carries, as they came (batch dimension removed),
+    for a step that passes them to the next one (``renderer.engine_request.CHAINED_INPUTS``)."""
+    found = {name: get(request, name) for name in names}
+    return {name: arr for name, arr in found.items() if arr is not None}
+
+
 def output_tensors(tensors: Mapping[str, np.ndarray]) -> list[Any]:
     """Arrays without the batch dimension -> output tensors with a batch dimension of 1."""
     return [pb_utils.Tensor(name, np.ascontiguousarray(arr)[np.newaxis, ...]) for name, arr in tensors.items()]

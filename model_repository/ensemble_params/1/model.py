@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from renderer.engine_request import GenerationResolver
+from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
 from renderer.trtllm_front import parse_front_request
 from serving import triton_io as io
 
@@ -23,6 +23,7 @@ class TritonPythonModel:
         )
         tensors["streaming"] = np.array([front.stream], np.bool_)
         tensors["exclude_input_in_output"] = np.array([front.exclude_input_in_output], np.bool_)
+        tensors.update(io.handed_on(request, CHAINED_INPUTS))
         return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
 
     def finalize(self) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from renderer.engine_request import GenerationResolver
+from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
 from renderer.generation_request import GenerationRequest
 from serving import triton_io as io
 
@@ -22,7 +22,8 @@ class TritonPythonModel:
             io.get_json(request, "sampling_params"),
             io.get_scalar(request, "stream", bool),
         )
-        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(req.tensors(self.resolver)))
+        tensors = {**req.tensors(self.resolver), **io.handed_on(request, CHAINED_INPUTS)}
+        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
 
     def finalize(self) -> None:
         io.release_before_teardown()
