@@ -28,8 +28,12 @@ _DTYPES = {
 }
 
 
-GRPC_STREAM_ERRORS = {"triton_grpc_error": "true"}
-"""gRPC stream header asking Triton for status codes on errors (the stream then ends)."""
+# gRPC streams go without Triton's ``triton_grpc_error`` header. With it, Triton ends a stream on
+# an error with the error's status code, but 2.51 mishandles such a stream's end (the handler takes
+# it for a cancellation it then does not find, and the stream's state is used after it is freed):
+# tritonserver dies of SIGSEGV within seconds once such errors meet other streams (upstream server
+# PR 8708, after 2.51; docs/RELIABILITY.md). Without it, an error reaches the client as its message
+# alone, which ``stream_error_kind`` reads.
 
 
 ErrorKind = Literal["client", "internal", "unavailable", "unknown"]
@@ -82,6 +86,38 @@ def triton_check_kind(message: str) -> ErrorKind:
     """The kind of an error that came without a status, if its message is one of Triton's own
     request checks (see ``_TRITON_REQUEST_CHECKS``); "unknown" otherwise."""
     return next((kind for pattern, kind in _TRITON_REQUEST_CHECKS if pattern.match(message)), "unknown")
+
+
+# Triton names the ensemble whose step failed before the step's message, once per nesting level.
+_ENSEMBLE_PREFIX = re.compile(r"^(in ensemble '[^']*', )+")
+# What a server fault says when a model's error reaches a stream (every other error a model of this
+# repository sends is a RenderError, a client error): the adapters' own internal errors
+# (serving/triton_io.py::to_triton_error), the Python backend's for a failed or dead stub
+# (python_be.cc), and Triton's for an ensemble step whose model is not loaded.
+_SERVER_FAULTS: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in (
+        (r"^[\w.-]+: internal error: ", "internal"),
+        (r"^Stub process( '[^']*')? is not healthy", "unavailable"),
+        (r"^Failed to process the request", "internal"),
+        (r"^Failed to obtain the health mutex", "internal"),
+        (r"^(\[request id: [^\]]*\] )?Request for unknown model", "unavailable"),
+        (r"^(\[request id: [^\]]*\] )?Model '[^']*' is not ready", "unavailable"),
+    )
+)
+
+
+def stream_error_kind(message: str) -> ErrorKind:
+    """The kind of an error a gRPC stream delivered without a status: Triton's own request checks
+    (``triton_check_kind``), a server fault (``_SERVER_FAULTS``), else a model's refusal of the
+    request, a client error. An empty message is "unknown"."""
+    kind = triton_check_kind(message)
+    if kind != "unknown":
+        return kind
+    inner = _ENSEMBLE_PREFIX.sub("", message)
+    if not inner.strip():
+        return "unknown"
+    return next((kind for pattern, kind in _SERVER_FAULTS if pattern.match(inner)), "client")
 
 
 def error_kind(status: object) -> ErrorKind:
@@ -296,9 +332,8 @@ class RendererClient:
 
     def _stream_grpc(self, model: str, tensors: Mapping[str, np.ndarray]) -> Iterator[Generated]:
         q: queue.Queue = queue.Queue()
-        # "triton_grpc_error": Triton (24.09 on) then ends the stream on an error with its gRPC
-        # status code (INVALID_ARGUMENT for a bad request), which otherwise a stream does not carry.
-        self._client.start_stream(callback=lambda result, error: q.put((result, error)), headers=GRPC_STREAM_ERRORS)
+        # No triton_grpc_error header (see stream_error_kind): an error comes as its message.
+        self._client.start_stream(callback=lambda result, error: q.put((result, error)))
         ended = False  # the server closed the request (final response or error)
         try:
             self._client.async_stream_infer(model, self._inputs(tensors), enable_empty_final_response=True)
@@ -310,11 +345,10 @@ class RendererClient:
                         "DEADLINE_EXCEEDED", f"no response from '{model}' within {self.timeout_s} s"
                     ) from None
                 if error is not None:
-                    # With GRPC_STREAM_ERRORS an error from a model ends the stream with its code;
-                    # a request Triton refuses before any model runs comes without one.
+                    # A transport failure has a code; a request's error on the stream has none.
                     status, message = error.status(), error.message() or ""
                     ended = True
-                    raise RequestError(status, message, None if status else triton_check_kind(message))
+                    raise RequestError(status, message, None if status else stream_error_kind(message))
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 text = result.as_numpy("text_output")
                 if text is not None:

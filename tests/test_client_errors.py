@@ -15,8 +15,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from client import RendererClient, RequestError, error_kind, triton_check_kind
-from client.triton_client import GRPC_STREAM_ERRORS
+from client import RendererClient, RequestError, error_kind, stream_error_kind, triton_check_kind
 
 
 @pytest.mark.parametrize(
@@ -150,8 +149,10 @@ REFUSED = "[request id: <id_unknown>] unexpected shape for input 'prompt' for mo
         ("StatusCode.INVALID_ARGUMENT", "a message", "client"),
         ("StatusCode.INTERNAL", "a message", "internal"),
         ("StatusCode.UNKNOWN", "a message", "internal"),
-        (None, "a message", "unknown"),
-        (None, REFUSED, "client"),  # Triton's own request check: its stream drops the code
+        (None, "in ensemble 'chat', a message", "client"),  # a model's refusal: the stream drops the code
+        (None, "in ensemble 'chat', tokenize: internal error: KeyError: 3", "internal"),
+        (None, "", "unknown"),
+        (None, REFUSED, "client"),  # Triton's own request check
         ("StatusCode.INTERNAL", REFUSED, "internal"),  # a code, when there is one, decides
     ],
 )
@@ -163,7 +164,7 @@ def test_grpc_stream_error_kind(status: str | None, message: str, kind: str) -> 
         list(c.generate("completion", prompt="hi", max_tokens=2, stream=True))
     assert e.value.kind == kind and e.value.message == message
     assert e.value.status == (status or "")
-    assert fake.headers == GRPC_STREAM_ERRORS  # what makes Triton send a model's code at all
+    assert fake.headers is None  # never triton_grpc_error: its error path crashes Triton 2.51
     assert fake.cancelled is False  # the error ended the request on the server: nothing to cancel
 
 
@@ -203,6 +204,25 @@ def test_grpc_stream_the_server_never_ends_is_cancelled() -> None:
 )
 def test_triton_check_kind(message: str, kind: str) -> None:
     assert triton_check_kind(message) == kind
+
+
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        ("in ensemble 'chat', Cannot apply chat template to an empty conversation.", "client"),
+        ("in ensemble 'completion', max_tokens must be at least 1, got 0.", "client"),
+        ("Failed to load image: not an image", "client"),  # a RenderError's wording, not the backend's
+        ("in ensemble 'chat', detokenize: internal error: RuntimeError: engine 'llm': boom", "internal"),
+        ("in ensemble 'completion', Stub process 'tokenize_0_0' is not healthy.", "unavailable"),
+        ("in ensemble 'chat', Failed to process the request(s) for model instance 'chat_render_0_0'", "internal"),
+        ("in ensemble 'chat', Request for unknown model: 'tokenize' is not found", "unavailable"),
+        ("in ensemble 'a', in ensemble 'b', x: internal error: E", "internal"),
+        ("Request for unknown model: 'x' is not found", "client"),  # the client named it
+        ("in ensemble 'chat', ", "unknown"),
+    ],
+)
+def test_stream_error_kind(message: str, kind: str) -> None:
+    assert stream_error_kind(message) == kind
 
 
 def test_http_generate_takes_a_batch_of_one() -> None:

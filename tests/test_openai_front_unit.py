@@ -102,7 +102,11 @@ class _Rpc(grpc.RpcError):
         ),
         (_Rpc(grpc.StatusCode.UNAVAILABLE, "Stub process 'llm_0_0' is not healthy."), 500, "not healthy"),
         (InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"), 400, "bad"),
-        (InferenceServerException("no status"), 500, "no status"),
+        # A stream's error comes without a code (no triton_grpc_error): its wording decides.
+        (InferenceServerException("in ensemble 'chat', max_tokens must be at least 1, got 0."), 400, "max_tokens"),
+        (InferenceServerException("in ensemble 'chat', detokenize: internal error: E: x"), 500, "internal error"),
+        (InferenceServerException("in ensemble 'chat', Stub process 'tokenize_0_0' is not healthy."), 503, "healthy"),
+        (InferenceServerException(""), 500, ""),
         (RuntimeError("boom"), 500, "RuntimeError: boom"),
     ],
 )

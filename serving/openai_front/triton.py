@@ -1,10 +1,12 @@
 """The ensembles over gRPC, asynchronously (``tritonclient.grpc.aio``).
 
-Render ensembles are unary calls; generation ensembles are decoupled, so they go over a stream of
-their own per request, with ``triton_grpc_error`` so a failed request ends its stream with its
-gRPC status code (INVALID_ARGUMENT for a bad request: a 400 here, anything else a 5xx). Leaving a
-stream early (the HTTP client went away) cancels it, and Triton cancels the request in the
-ensemble; the post-processor then stops the engine.
+Render ensembles are unary calls, whose errors carry their gRPC status code (INVALID_ARGUMENT for
+a bad request: a 400 here, anything else a 5xx). Generation ensembles are decoupled, so they go
+over a stream of their own per request, without ``triton_grpc_error`` (its error path crashes
+Triton 2.51: client/triton_client.py says how): a failed request's error comes as its message
+alone, which ``client.stream_error_kind`` reads. Leaving a stream early (the HTTP client went away)
+cancels it, and Triton cancels the request in the ensemble; the post-processor then stops the
+engine.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ import numpy as np
 
 from .requests import FrontError
 
-STREAM_HEADERS = {"triton_grpc_error": "true"}
 POST_PROCESSOR = "detokenize"  # the step of the chat and completion ensembles that drives the engine
 CLIENT_ERRORS = {
     "StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST,
     "StatusCode.NOT_FOUND": HTTPStatus.NOT_FOUND,
     "StatusCode.UNIMPLEMENTED": HTTPStatus.NOT_IMPLEMENTED,
+}
+# An error a stream brought without a code, by its kind (client.stream_error_kind).
+STREAM_ERRORS = {
+    "client": HTTPStatus.BAD_REQUEST,
+    "unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
+    "internal": HTTPStatus.INTERNAL_SERVER_ERROR,
+    "unknown": HTTPStatus.INTERNAL_SERVER_ERROR,
 }
 
 
@@ -50,16 +58,22 @@ def _error(e: Exception) -> FrontError:
     import grpc
     from tritonclient.utils import InferenceServerException
 
-    if isinstance(e, grpc.RpcError):  # a stream ended by its error (triton_grpc_error)
+    from client import stream_error_kind
+
+    if isinstance(e, grpc.RpcError):  # the call itself failed (transport, deadline)
         code, message = f"StatusCode.{e.code().name}", e.details() or ""
     elif isinstance(e, InferenceServerException):
-        code, message = str(e.status()), e.message()
+        code, message = str(e.status()), e.message() or ""
     else:
         return FrontError(f"{type(e).__name__}: {e}", HTTPStatus.INTERNAL_SERVER_ERROR)
+    if code in ("", "None"):  # a request's error on a stream
+        status = STREAM_ERRORS[stream_error_kind(message)]
+    else:
+        status = CLIENT_ERRORS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
     # Triton names the ensemble first; the message after it is the stage's own.
-    if message.startswith("in ensemble '") and ", " in message:
+    while message.startswith("in ensemble '") and ", " in message:
         message = message.split(", ", 1)[1]
-    return FrontError(message, CLIENT_ERRORS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR))
+    return FrontError(message, status)
 
 
 class Ensembles:
@@ -109,7 +123,7 @@ class Ensembles:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": model, "inputs": inputs, "request_id": rid}
 
-        stream = self._client.stream_infer(requests(), headers=STREAM_HEADERS)
+        stream = self._client.stream_infer(requests())
         finished = False
         try:
             while True:
