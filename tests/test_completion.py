@@ -120,3 +120,45 @@ def test_triton_refusals_on_a_stream_are_client_errors(server, case):
     assert streamed.value.status == "", "Triton now sends a code on the stream: the message table is not needed"
     assert streamed.value.message.endswith(unary.value.message.split("] ", 1)[-1]), (streamed.value, unary.value)
     assert streamed.value.kind == unary.value.kind == "client", repr(streamed.value)
+
+
+# Refusals by the models themselves: a generation stream brings them without a code (no
+# triton_grpc_error, which crashes 2.51: client/triton_client.py), and client.stream_error_kind
+# reads them as client errors. The same request's unary call, to the render ensemble or the stage
+# that refuses it, carries INVALID_ARGUMENT and the same message: the reading holds on the server.
+MODEL_REFUSALS = {
+    "chat_render": ("chat", "render_chat", {"messages": b"[]"}),
+    "tokenize": ("completion", "render_completion", {"prompt": b""}),
+    "tokenize params": (
+        "completion",
+        "render_completion",
+        {"prompt": b"hi", "tokenize_params": b'{"truncation_side": "middle"}'},
+    ),
+    "generation_params": (
+        "completion",
+        "generation_params",
+        {"prompt": b"hi", "sampling_params": b'{"temperature": -1}', "input_lengths": np.array([[1]], np.int32)},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MODEL_REFUSALS))
+def test_model_refusals_on_a_stream_are_client_errors(server, case):
+    from client import RendererClient
+
+    generation, unary_model, raw = MODEL_REFUSALS[case]
+    tensors = {k: v if isinstance(v, np.ndarray) else np.array([[v]], object) for k, v in raw.items()}
+    generate_tensors = {k: v for k, v in tensors.items() if k != "input_lengths"}
+    generate_tensors["max_tokens"] = np.array([[4]], np.int32)
+    unary_tensors = {k: v for k, v in tensors.items() if k != "prompt" or unary_model != "generation_params"}
+    if unary_model == "generation_params":
+        unary_tensors["max_tokens"] = np.array([[4]], np.int32)
+    with RendererClient(f"{server.host}:{server.grpc_port}", "grpc") as c:
+        with pytest.raises(RequestError) as unary:
+            c.infer(unary_model, unary_tensors)
+        with pytest.raises(RequestError) as streamed:
+            list(c.stream(generation, generate_tensors))
+    assert unary.value.status == "StatusCode.INVALID_ARGUMENT", repr(unary.value)
+    assert streamed.value.status == "", "Triton now sends a code on the stream: stream_error_kind is not needed"
+    assert streamed.value.message.endswith(unary.value.message.split(", ")[-1]), (streamed.value, unary.value)
+    assert streamed.value.kind == "client", repr(streamed.value)
