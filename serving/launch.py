@@ -697,6 +697,8 @@ def start_front(s: Settings, follow_pid: int) -> subprocess.Popen | None:
         str(s.resolved_model_dir),
         "--max-model-len",
         str(s.max_model_len),
+        "--max-body-bytes",
+        str(s.max_input_bytes),
         "--server-pid",
         str(follow_pid),
     ]

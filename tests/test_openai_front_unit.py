@@ -66,6 +66,7 @@ def test_one_prompt_in_any_form(prompt, name):
         ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
         ({"prompt": "a", "logit_bias": {"1": 2}}, 400, "logit_bias is not supported"),
         ({"prompt": "a", "max_tokens": "ten"}, 400, "max_tokens must be an integer"),
+        ({"prompt": "a", "max_tokens": 10**30}, 400, "max_tokens must be at most 2147483647"),
         ({"prompt": "a", "prompt_embeds": "AAAA"}, 400, "either prompt or prompt_embeds"),
         ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "only be defined when `stream=True`"),
     ],
@@ -100,7 +101,8 @@ class _Rpc(grpc.RpcError):
             500,
             "tokenize: internal error",
         ),
-        (_Rpc(grpc.StatusCode.UNAVAILABLE, "Stub process 'llm_0_0' is not healthy."), 500, "not healthy"),
+        # Triton not reachable (starting, restarting): a 503 the client may retry.
+        (_Rpc(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"), 503, "not reachable now"),
         (InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"), 400, "bad"),
         # A stream's error comes without a code (no triton_grpc_error): its wording decides.
         (InferenceServerException("in ensemble 'chat', max_tokens must be at least 1, got 0."), 400, "max_tokens"),
@@ -117,3 +119,79 @@ def test_triton_failures_map_to_the_right_status(error, status, message):
 
 def test_error_body_is_openais():
     assert error_body("x", 400, "n") == {"error": {"message": "x", "type": "Bad Request", "param": "n", "code": 400}}
+
+
+# --- the request body (serving/openai_front/body.py) ---------------------------------------------
+
+
+async def _chunks(*parts: bytes):
+    for p in parts:
+        yield p
+
+
+def _read(raw: bytes, declared: str | None = None, limit: int = 1000) -> dict:
+    import asyncio
+
+    from serving.openai_front.body import read_body
+
+    return asyncio.run(read_body(_chunks(raw[:7], raw[7:]), declared, limit))
+
+
+@pytest.mark.parametrize(
+    "raw, error, message",
+    [
+        (b"{", "BodyNotJSONError", "is not valid JSON: Expecting property name"),
+        (b"\xff{}", "BodyNotJSONError", "is not valid UTF-8"),
+        (b'{"temperature": NaN}', "BodyNotJSONError", "NaN is not a JSON value."),
+        (b'{"t": -Infinity}', "BodyNotJSONError", "-Infinity is not a JSON value."),
+        (b'{"prompt": "a\\ud800b"}', "BodyNotJSONError", "lone UTF-16 surrogate (\\ud800)"),
+        (b'{"prompt": "\\udfff"}', "BodyNotJSONError", "lone UTF-16 surrogate (\\udfff)"),
+        (b"[" * 5000 + b"]" * 5000, "BodyNestingError", "too deeply"),
+        (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "BodyNestingError", "too deeply"),
+        (b"[1]", "BodyNotObjectError", "must be a JSON object, got list"),
+        (b'"x"', "BodyNotObjectError", "got str"),
+    ],
+)
+def test_body_refusals_are_named_400s(raw, error, message):
+    from serving.openai_front import body
+
+    with pytest.raises(getattr(body, error)) as e:
+        _read(raw, limit=10**6)
+    assert e.value.status == 400 and message in e.value.message, e.value.message
+
+
+def test_body_size_limit_is_a_413_naming_both_sizes():
+    from serving.openai_front.body import BodyTooLargeError
+
+    with pytest.raises(BodyTooLargeError) as e:
+        _read(b"{}", declared="5000", limit=1000)  # refused on its header, before any byte is read
+    assert e.value.status == 413 and e.value.message == (
+        "The request body declares 5000 bytes, more than the limit of 1000 bytes."
+    )
+    with pytest.raises(BodyTooLargeError, match="has at least 1003 bytes, more than the limit of 1000"):
+        _read(b'{"prompt": "' + b"x" * 989 + b'"}', declared=None, limit=1000)
+
+
+def test_body_valid_json_passes():
+    assert _read('{"prompt": "caf\\u00e9 \\ud83d\\ude00", "n": 1}'.encode()) == {"prompt": "café 😀", "n": 1}
+    assert _read(b'{"prompt": "x"}', declared="15", limit=15) == {"prompt": "x"}
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("temperature", [1], "temperature must be a number, got list [1]."),
+        ("stop", 5, "stop must be a non-empty string or a list of them"),
+        ("top_p", 2.0, "top_p must be in (0, 1]"),
+        ("min_p", "x", "min_p must be a number, got 'x'."),
+    ],
+)
+def test_render_endpoints_check_sampling_fields(field, value, message):
+    """A render request's sampling fields are checked as generation checks them (a wrong type was a
+    500 from the render response's float())."""
+    from serving.openai_front.requests import render_plan
+
+    with pytest.raises(FrontError) as e:
+        render_plan({"prompt": "hi", field: value}, CARD, chat=False)
+    assert e.value.status == 400 and e.value.param == field and message in e.value.message
+    assert render_plan({"prompt": "hi", "temperature": 0.5, "stop": ["a"]}, CARD, chat=False)[1] is None

@@ -20,16 +20,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-dir", required=True, help="the served model's folder (its JSON files only are read)")
     ap.add_argument("--served-model-name", default="", help="the model id clients send; default the folder's name")
     ap.add_argument("--max-model-len", type=int, default=0)
+    ap.add_argument("--max-body-bytes", type=int, default=0, help="largest request body (default 64 MiB)")
     ap.add_argument("--server-pid", type=int, default=0, help="exit when this process does")
     a = ap.parse_args(argv)
 
     import uvicorn
 
     from .app import create_app
+    from .body import DEFAULT_MAX_BODY_BYTES
     from .requests import ModelCard
 
     card = ModelCard.from_model_dir(a.model_dir, a.served_model_name, a.max_model_len)
-    app = create_app(card, a.triton, a.model_dir)
+    app = create_app(card, a.triton, a.model_dir, a.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
     server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level="warning", access_log=False))
 
     async def run() -> None:

@@ -1,13 +1,17 @@
 """The HTTP routes: OpenAI's chat and completions (streamed or not), vLLM's render, tokenize and
 detokenize endpoints, ``/v1/models`` and ``/health``. Every error is OpenAI-shaped, with the
-status the ensembles' own gRPC status implies: 400 for a bad request, 5xx only for a fault."""
+status the ensembles' own gRPC status implies: 400 for a bad request, 503 (with ``Retry-After``)
+while Triton cannot be reached, 500 only for a fault. A client that goes away mid-request, streamed
+or not, cancels its generation."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from http import HTTPStatus
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable
 
 import anyio
 import numpy as np
@@ -15,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import responses as out
+from .body import DEFAULT_MAX_BODY_BYTES, read_body
 from .requests import (
     FrontError,
     ModelCard,
@@ -27,7 +32,20 @@ from .requests import (
 from .triton import Ensembles, Piece
 
 
-def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -> FastAPI:
+# Seconds a client is told to wait before it retries a 503 (Triton starting or restarting).
+RETRY_AFTER_S = 1
+
+
+class ClientGoneError(FrontError):
+    """The client went away before its answer was ready (no one reads this response)."""
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection before the response.", 499)
+
+
+def create_app(
+    card: ModelCard, triton_url: str, model_dir: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> FastAPI:
     app = FastAPI(title="Triton renderer: OpenAI- and vLLM-compatible front", docs_url=None, redoc_url=None)
     state: dict[str, Any] = {"created": int(time.time())}
 
@@ -39,7 +57,8 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
 
     @app.exception_handler(FrontError)
     async def front_error(_: Request, e: FrontError) -> JSONResponse:
-        return JSONResponse(out.error_body(e.message, e.status, e.param), status_code=e.status)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if e.status == HTTPStatus.SERVICE_UNAVAILABLE else None
+        return JSONResponse(out.error_body(e.message, e.status, e.param), status_code=e.status, headers=headers)
 
     @app.exception_handler(Exception)
     async def fault(_: Request, e: Exception) -> JSONResponse:
@@ -47,14 +66,7 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
         return JSONResponse(out.error_body(msg, HTTPStatus.INTERNAL_SERVER_ERROR), status_code=500)
 
     async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FrontError(f"The request body is not valid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise FrontError("The request body must be a JSON object.")
-        return body
+        return await read_body(request.stream(), request.headers.get("content-length"), max_body_bytes)
 
     @app.get("/health")
     async def health() -> Response:
@@ -67,11 +79,11 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        return await generate(generation_plan(await body_of(request), card, chat=True))
+        return await generate(generation_plan(await body_of(request), card, chat=True), request)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await generate(generation_plan(await body_of(request), card, chat=False))
+        return await generate(generation_plan(await body_of(request), card, chat=False), request)
 
     @app.post("/v1/chat/completions/render")
     async def render_chat(request: Request) -> JSONResponse:
@@ -113,7 +125,7 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
             state["tokenizer"] = AutoTokenizer.from_pretrained(model_dir)
         return state["tokenizer"].convert_ids_to_tokens(ids)
 
-    async def generate(plan: Plan) -> Response:
+    async def generate(plan: Plan, request: Request) -> Response:
         ens = ensembles()
         max_tokens = plan.max_tokens
         if max_tokens is None:
@@ -125,7 +137,7 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
         pieces = ens.generate(plan.model, plan.tensors)
         rid = out.request_id("chatcmpl" if plan.model == "chat" else "cmpl")
         if not plan.stream:
-            got = [p async for p in pieces]
+            got = await until_disconnected(request, collect(pieces))
             text = "".join(p.text for p in got)
             n_out = sum(len(p.ids) for p in got)
             last = got[-1] if got else Piece("", [], "length", 0)
@@ -140,6 +152,38 @@ def create_app(card: ModelCard, triton_url: str, model_dir: str | None = None) -
         except StopAsyncIteration:
             first = None
         return StreamingResponse(sse(plan, rid, first, pieces), media_type="text/event-stream")
+
+    async def collect(pieces: AsyncIterator[Piece]) -> list[Piece]:
+        try:
+            return [p async for p in pieces]
+        finally:
+            # Also when cancelled (the client went away): the generator's clean-up cancels the
+            # request in the ensembles and stops the engine.
+            with anyio.CancelScope(shield=True):
+                await pieces.aclose()
+
+    async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+        """``work``'s result, or its cancellation once the client has gone away (its body is read:
+        the next ASGI message is the disconnect). Without this a non-streamed generation ran to
+        ``max_tokens`` for nobody and held the engine meanwhile."""
+
+        async def disconnect() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.ensure_future(disconnect())
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                task.cancel()  # the client went away, or this handler itself is being cancelled
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            raise ClientGoneError()
+        return task.result()
 
     async def sse(plan: Plan, rid: str, first: Piece | None, rest: AsyncIterator[Piece]) -> AsyncIterator[str]:
         created = int(time.time())

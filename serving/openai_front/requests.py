@@ -57,6 +57,7 @@ UNSUPPORTED = {
     "echo": "echo is not served",
     "suffix": "suffix is not served",
 }
+INT32_MAX = 2**31 - 1
 # Generation-config keys vLLM takes as default sampling values (vllm/config/model.py).
 GENERATION_CONFIG_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty")
 
@@ -155,6 +156,8 @@ def _max_tokens(body: Mapping[str, Any], card: ModelCard) -> int | None:
         return card.default_max_tokens
     if isinstance(value, bool) or not isinstance(value, int):
         raise FrontError(f"max_tokens must be an integer, got {value!r}.", param="max_tokens")
+    if value > INT32_MAX:  # the ensembles' max_tokens is INT32; past the context anyway
+        raise FrontError(f"max_tokens must be at most {INT32_MAX}, got {value}.", param="max_tokens")
     return value
 
 
@@ -231,7 +234,27 @@ def generation_plan(body: Mapping[str, Any], card: ModelCard, *, chat: bool) -> 
 def render_plan(body: Mapping[str, Any], card: ModelCard, *, chat: bool) -> tuple[dict[str, np.ndarray], int | None]:
     """A render endpoint's request: the render ensemble's inputs, and ``max_tokens`` if given."""
     _common(body, card)
-    return (chat_tensors(body) if chat else completion_tensors(body)), _max_tokens(body, card)
+    max_tokens = _max_tokens(body, card)
+    check_sampling_fields(body, max_tokens)
+    return (chat_tensors(body) if chat else completion_tensors(body)), max_tokens
+
+
+def check_sampling_fields(body: Mapping[str, Any], max_tokens: int | None) -> None:
+    """The sampling fields of a render request, checked as a generation request's are (by
+    ``generation_params``, in the ensemble): vLLM's render endpoints refuse what its generation
+    would, and the render response echoes them as numbers."""
+    from renderer.errors import RenderError
+    from renderer.sampling import SamplingParams
+
+    bag = {k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None}
+    try:
+        SamplingParams.from_request(bag, max_tokens).verify(max_tokens)
+    except RenderError as e:
+        field = next((k for k in SAMPLING_FIELDS if k in str(e)), None)
+        raise FrontError(str(e), param=field) from None
+    min_p = body.get("min_p")
+    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float))):
+        raise FrontError(f"min_p must be a number, got {min_p!r}.", param="min_p")
 
 
 def tokenize_plan(body: Mapping[str, Any], card: ModelCard) -> tuple[str, dict[str, np.ndarray]]:

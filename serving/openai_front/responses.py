@@ -16,7 +16,8 @@ def request_id(prefix: str) -> str:
 
 def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
     """vLLM's ``ErrorResponse``: OpenAI's error object, ``type`` the status phrase."""
-    return {"error": {"message": message, "type": HTTPStatus(status).phrase, "param": param, "code": status}}
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Client Closed Request"
+    return {"error": {"message": message, "type": phrase, "param": param, "code": status}}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

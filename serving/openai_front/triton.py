@@ -22,11 +22,17 @@ import numpy as np
 from .requests import FrontError
 
 POST_PROCESSOR = "detokenize"  # the step of the chat and completion ensembles that drives the engine
-CLIENT_ERRORS = {
+# A gRPC status code as an HTTP status; any other code is a 500.
+GRPC_STATUS = {
     "StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST,
     "StatusCode.NOT_FOUND": HTTPStatus.NOT_FOUND,
     "StatusCode.UNIMPLEMENTED": HTTPStatus.NOT_IMPLEMENTED,
+    # Triton not reachable: starting, restarting after a crash, or gone. The client may retry.
+    "StatusCode.UNAVAILABLE": HTTPStatus.SERVICE_UNAVAILABLE,
 }
+# Reconnect at least this often while Triton is away, so the front serves again as soon as Triton
+# is (gRPC's own backoff grows to 2 minutes: after a restart the front answered 500 for 15 s more).
+MAX_RECONNECT_BACKOFF_MS = 500
 # An error a stream brought without a code, by its kind (client.stream_error_kind).
 STREAM_ERRORS = {
     "client": HTTPStatus.BAD_REQUEST,
@@ -69,7 +75,9 @@ def _error(e: Exception) -> FrontError:
     if code in ("", "None"):  # a request's error on a stream
         status = STREAM_ERRORS[stream_error_kind(message)]
     else:
-        status = CLIENT_ERRORS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
+        status = GRPC_STATUS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
+    if status == HTTPStatus.SERVICE_UNAVAILABLE and code not in ("", "None"):
+        message = f"The inference server is not reachable now (starting or restarting): {message}"
     # Triton names the ensemble first; the message after it is the stage's own.
     while message.startswith("in ensemble '") and ", " in message:
         message = message.split(", ", 1)[1]
@@ -84,8 +92,25 @@ class Ensembles:
 
         self._mod = grpcclient
         self.url = url
-        self._client = grpcclient.InferenceServerClient(url)
+        # tritonclient's own channel options (message sizes, keepalive) plus a short reconnect backoff.
+        self._client = grpcclient.InferenceServerClient(url, channel_args=self._channel_args())
         self._stopping: set[asyncio.Task] = set()
+
+    def _channel_args(self) -> list[tuple[str, Any]]:
+        from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
+
+        k = KeepAliveOptions()
+        return [
+            ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.keepalive_time_ms", k.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", k.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", k.keepalive_permit_without_calls),
+            ("grpc.http2.max_pings_without_data", k.http2_max_pings_without_data),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+        ]
 
     async def close(self) -> None:
         await self._client.close()

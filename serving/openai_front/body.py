@@ -1,0 +1,90 @@
+"""The request body, read under a size limit and parsed as strict JSON.
+
+Everything a client can get wrong in the body itself is a 4xx that says what: more bytes than the
+limit (413, before the rest is read), bytes that are not UTF-8, text that is not JSON, JSON's
+non-standard ``NaN`` / ``Infinity``, a lone UTF-16 surrogate escape (``"\\ud800"``: valid JSON,
+but no Unicode text, so no tensor can carry it), nesting deeper than the parser's stack, and a
+body that is not an object. Before these checks, the last three were 500s.
+"""
+
+from __future__ import annotations
+
+import json
+from http import HTTPStatus
+from typing import Any, AsyncIterator
+
+from .requests import FrontError
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The launcher passes MAX_INPUT_BYTES, the ensembles' own limit per input tensor."""
+
+
+class BodyTooLargeError(FrontError):
+    """The body is larger than the front takes."""
+
+    def __init__(self, size: int, limit: int, declared: bool) -> None:
+        said = "declares" if declared else "has at least"
+        super().__init__(
+            f"The request body {said} {size} bytes, more than the limit of {limit} bytes.",
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        )
+
+
+class BodyNotJSONError(FrontError):
+    """The body is not strict JSON (or not UTF-8, or holds text no Unicode string can)."""
+
+
+class BodyNestingError(FrontError):
+    """The body nests arrays and objects deeper than it can be parsed."""
+
+
+class BodyNotObjectError(FrontError):
+    """The body is JSON, but not an object."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BodyNotJSONError(f"The request body is not valid JSON: {name} is not a JSON value.")
+
+
+async def read_body(chunks: AsyncIterator[bytes], declared_length: str | None, limit: int) -> dict[str, Any]:
+    """The body of one request as a JSON object; a named ``FrontError`` otherwise."""
+    if declared_length is not None and declared_length.strip().isdigit() and int(declared_length) > limit:
+        raise BodyTooLargeError(int(declared_length), limit, declared=True)
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(size, limit, declared=False)
+        parts.append(chunk)
+    return parse_body(b"".join(parts))
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BodyNotJSONError(f"The request body is not valid UTF-8: {e}.") from None
+    try:
+        body = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise BodyNestingError("The request body nests arrays and objects too deeply to be parsed.") from None
+    except json.JSONDecodeError as e:
+        raise BodyNotJSONError(f"The request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BodyNotObjectError(f"The request body must be a JSON object, got {type(body).__name__}.")
+    if "\\u" in text:  # only an escape can bring a lone surrogate in
+        _refuse_lone_surrogates(body)
+    return body
+
+
+def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end]
+        raise BodyNotJSONError(
+            f"The request body holds a lone UTF-16 surrogate ({bad.encode('unicode_escape').decode()}), "
+            "which is no Unicode character."
+        ) from None
+    except RecursionError:  # parsed, but too deep to walk again
+        raise BodyNestingError("The request body nests arrays and objects too deeply to be parsed.") from None
