@@ -109,6 +109,8 @@ class _Rpc(grpc.RpcError):
         (InferenceServerException("in ensemble 'chat', detokenize: internal error: E: x"), 500, "internal error"),
         (InferenceServerException("in ensemble 'chat', Stub process 'tokenize_0_0' is not healthy."), 503, "healthy"),
         (InferenceServerException(""), 500, ""),
+        # One of the front's own ensembles not loaded (yet): Triton is starting or reloading.
+        (InferenceServerException("Request for unknown model: 'chat' has no available versions"), 503, "chat"),
         (RuntimeError("boom"), 500, "RuntimeError: boom"),
     ],
 )

@@ -76,6 +76,10 @@ def _error(e: Exception) -> FrontError:
         status = STREAM_ERRORS[stream_error_kind(message)]
     else:
         status = GRPC_STATUS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
+    if "Request for unknown model" in message:
+        # The front calls only the ensembles the launcher loads: one not there is still loading
+        # (Triton starting or restarting) or being reloaded, not the client's mistake.
+        status = HTTPStatus.SERVICE_UNAVAILABLE
     if status == HTTPStatus.SERVICE_UNAVAILABLE and code not in ("", "None"):
         message = f"The inference server is not reachable now (starting or restarting): {message}"
     # Triton names the ensemble first; the message after it is the stage's own.
