@@ -474,6 +474,9 @@ def server_command(s: Settings, watchdog_token: str, binary: str | Path | None =
     # holds the token the repository API asks for. Loading an ensemble loads its steps.
     cmd.append("--model-control-mode=explicit")
     cmd += [f"--load-model={m}" for m in models_to_load(s)]
+    # A loader thread per model (Triton's default is 4): none waits stubless behind the others,
+    # which the supervisor's load watch relies on (serving/load_watch.py).
+    cmd.append(f"--model-load-thread-count={max(4, len(list(s.repository.glob('*/config.pbtxt'))))}")
     cmd += [
         f"--http-restricted-api=model-repository:{TOKEN_HEADER}={watchdog_token}",
         f"--grpc-restricted-protocol=model-repository:{TOKEN_HEADER}={watchdog_token}",
@@ -485,6 +488,11 @@ def server_command(s: Settings, watchdog_token: str, binary: str | Path | None =
             "--allow-gpu-metrics=false",
         ]
     return cmd
+
+
+def python_models(s: Settings) -> frozenset[str]:
+    """The Python-backend models of the rendered repository (the ones with stubs)."""
+    return frozenset(p.parent.name for p in s.repository.glob("*/config.pbtxt") if 'backend: "python"' in p.read_text())
 
 
 def prepare(s: Settings) -> None:

@@ -12,7 +12,9 @@ server of a build folder uses one region-name prefix, ``Settings.shm_prefix``), 
 server again after a backoff (1 s, 2 s, 4 s ... capped). Restarts are counted in
 ``BUILD_DIR/supervisor.json`` and logged. A first server that exits on its own before it was
 ever ready (an exit code, not a signal) failed to start: a bad setting or a model that does not
-load, which a restart would only repeat; the supervisor gives up, so it fails fast.
+load, which a restart would only repeat; the supervisor gives up, so it fails fast. So does a first
+server with a model whose stub died while it loaded, which 2.51 would wait for forever
+(``serving/load_watch.py``).
 
 SIGTERM, SIGINT or SIGHUP stop it: a ready server gets SIGTERM (the Python backend then frees
 its regions) and the exit timeout; a server still loading models would act on SIGTERM only once
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from serving import launch
+from serving.load_watch import LoadWatch, log_tail
 from serving.watchdog import server_ready
 
 log = logging.getLogger("serving.supervisor")
@@ -113,6 +116,9 @@ class Exited:
 
     ready_s: float | None
     """How long it was ready before it exited; None if it never was."""
+
+    reason: str | None = None
+    """Why the supervisor ended a server that had not exited (a stub dead while its model loaded)."""
 
 
 def describe_exit(returncode: int) -> str:
@@ -265,10 +271,11 @@ class Supervisor:
                 # Ready (perhaps only just, unseen by _watch): SIGTERM first, so it can finish.
                 self._bury(server, watchdog, graceful=self._state.ready or server_ready(self.s.http_url))
                 return 0
-            reason = describe_exit(exited.returncode)
-            log.warning("tritonserver (pid %d) exited unexpectedly: %s", server.pid, reason)
+            reason = exited.reason or describe_exit(exited.returncode)
+            how = "was ended" if exited.reason else "exited unexpectedly"
+            log.warning("tritonserver (pid %d) %s: %s", server.pid, how, reason)
             self._bury(server, watchdog, graceful=False)
-            if first and exited.ready_s is None and exited.returncode >= 0:
+            if first and exited.ready_s is None and (exited.returncode >= 0 or exited.reason):
                 log.error(
                     "tritonserver failed to start: not restarting it (see %s)", self.server_log or "its output above"
                 )
@@ -286,6 +293,8 @@ class Supervisor:
         return 0
 
     def _spawn(self) -> subprocess.Popen:
+        # Where this run's part of the log begins (the load watch reads it from there).
+        self._log_offset = self.server_log.stat().st_size if self.server_log and self.server_log.exists() else 0
         out = open(self.server_log, "ab") if self.server_log else None
         try:
             # A process group of its own: stopping it reaches every stub and what stubs started.
@@ -306,6 +315,8 @@ class Supervisor:
     def _watch(self, server: subprocess.Popen, watchdog: subprocess.Popen) -> Exited | None:
         """Until the server exits (how) or a stop is requested (None)."""
         ready_at: float | None = None
+        loads = LoadWatch(server.pid, launch.python_models(self.s), self.server_log, self._log_offset)
+        next_look = 0.0
         while not self._stop.is_set():
             reap_orphans({server.pid: server, watchdog.pid: watchdog})
             rc = server.poll()
@@ -315,6 +326,17 @@ class Supervisor:
                 ready_at = time.monotonic()
                 self._update(ready=True)
                 log.info("tritonserver ready (pid %d)", server.pid)
+            if ready_at is None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + 0.5
+                model = loads.dead_model()
+                if model is not None:
+                    log.error(
+                        "the stub of model '%s' died while the model loaded (Triton 2.51 would wait for it for ever);"
+                        " the server log ends:\n%s",
+                        model,
+                        log_tail(self.server_log) if self.server_log else "(above: the server writes to this output)",
+                    )
+                    return Exited(1, None, f"the stub of model '{model}' died while the model loaded")
             self._stop.wait(0.2)
         return None
 

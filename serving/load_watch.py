@@ -1,0 +1,103 @@
+"""Stubs that die while their model loads, seen while tritonserver starts.
+
+Triton 2.51 never marks a Python model failed whose stub died during ``initialize`` (seen here:
+``Unable to initialize shared memory key ...``, then ``free(): double free detected``; a SIGKILL of
+the stub does the same): the model stays LOADING, the server never becomes ready, and the
+launcher waited out its whole start-up timeout (180 s). The supervisor asks this watch at each
+look while the server is not ready yet; a Python model that is still loading and has had fewer
+live stubs than it needs for ``grace_s`` is a failed start, reported at once with the log lines
+behind it. What is loading is read from the server's log (Triton's HTTP service, and its
+repository index, come up only once the start-up loads end). Under ``serve``, where the server
+writes to the launcher's own output, only models whose stub was once seen are watched.
+
+The grace covers the backend's own short-lived stub: with auto-complete on, a first stub reads the
+model's config and exits before the instance stubs start. Triton logs a model's load when it is
+queued, so the launcher gives it a loader thread per model (``--model-load-thread-count``): no
+model waits, stubless, behind others.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serving.watchdog import stubs_of
+
+# Longer than a stub takes to appear after its model's load begins, and than the gap between the
+# backend's first stub and the instances' (well under a second, on busy shared cores too).
+DEFAULT_GRACE_S = 10.0
+
+
+# Triton logs each model it starts to load; the Python backend each instance it starts (one stub
+# each: "<model>_<group>_<index>").
+_LOAD_BEGUN = re.compile(r'"loading: ([^:"\s]+):\d+"')
+_INSTANCE_STARTED = re.compile(r"TRITONBACKEND_ModelInstanceInitialize: (\S+)_\d+_\d+ \(")
+_LOADED = re.compile(r"successfully loaded '([^']+)'")
+
+
+@dataclass
+class LoadWatch:
+    """The stubs of one starting server, model by model: a Python model whose load has begun
+    needs a live stub (the backend's first one, then one per instance it has started)."""
+
+    server_pid: int
+    """The tritonserver whose stubs are watched."""
+
+    python_models: frozenset[str] = frozenset()
+    """The repository's Python-backend models (only they have stubs)."""
+
+    log_file: Path | None = None
+    """The server's log, read from ``log_offset`` on (None: only models whose stub was seen count)."""
+
+    log_offset: int = 0
+    """Where this server's part of the log begins (the log is appended across restarts)."""
+
+    grace_s: float = DEFAULT_GRACE_S
+    """How long a loading model may lack a stub before its load counts as failed."""
+
+    _started: Counter = field(default_factory=Counter)
+    _begun: set[str] = field(default_factory=set)
+    _loaded: set[str] = field(default_factory=set)
+    _seen: set[str] = field(default_factory=set)
+    _short_since: dict[str, float] = field(default_factory=dict)
+
+    def _read_log(self) -> None:
+        if self.log_file is None or not self.log_file.exists():
+            return
+        with self.log_file.open("rb") as f:
+            f.seek(self.log_offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1  # whole lines only; the rest is read next time
+        self.log_offset += end
+        text = chunk[:end].decode(errors="replace")
+        self._begun.update(m for m in _LOAD_BEGUN.findall(text) if m in self.python_models)
+        self._started.update(_INSTANCE_STARTED.findall(text))
+        self._loaded.update(_LOADED.findall(text))
+
+    def dead_model(self, now: float | None = None) -> str | None:
+        """A Python model still loading (begun, not yet "successfully loaded" in the log) that has
+        lacked a stub for ``grace_s``, if any. Triton's HTTP service, and so its repository index,
+        is not up before the start-up loads end: the log is what says how far they are."""
+        now = time.monotonic() if now is None else now
+        self._read_log()
+        alive = Counter(stub.model for stub in stubs_of(self.server_pid).values())
+        self._seen |= set(alive)
+        for model in (self._seen | self._begun | set(self._started)) - self._loaded:
+            if alive[model] < max(self._started[model], 1):
+                self._short_since.setdefault(model, now)
+            else:
+                self._short_since.pop(model, None)
+        for model in self._loaded:
+            self._short_since.pop(model, None)
+        overdue = sorted(m for m, t in self._short_since.items() if now - t >= self.grace_s)
+        return overdue[0] if overdue else None
+
+
+def log_tail(log_file: Path, lines: int = 30) -> str:
+    """The last lines of the server's log (where a dying stub writes its last words)."""
+    if not log_file.exists():
+        return ""
+    return "\n".join(log_file.read_text(errors="replace").splitlines()[-lines:])

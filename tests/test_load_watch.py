@@ -1,0 +1,87 @@
+"""The supervisor's load watch, with no server: which model counts as dead while loading
+(serving/load_watch.py). Stubs and the log are stand-ins; the live test kills a real stub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serving import load_watch
+from serving.load_watch import LoadWatch
+from serving.watchdog import Stub
+
+LOG = [
+    'I1201 "loading: chat_render:1"',
+    'I1201 "loading: tokenize:1"',
+    'I1201 "loading: chat:1"',  # an ensemble: no stub, not watched
+]
+
+
+@pytest.fixture()
+def world(tmp_path, monkeypatch):
+    """(log file, set of live stub models) the watch reads."""
+    log = tmp_path / "tritonserver.log"
+    log.write_text("\n".join(LOG) + "\n")
+    alive: list[str] = []
+    monkeypatch.setattr(
+        load_watch, "stubs_of", lambda pid: {i: Stub(i, m, None) for i, m in enumerate(alive, start=100)}
+    )
+    return log, alive
+
+
+def watch(log: Path) -> LoadWatch:
+    return LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, grace_s=10)
+
+
+def append(log: Path, *lines: str) -> None:
+    with log.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_a_loading_model_without_a_stub_past_the_grace_is_dead(world):
+    log, alive = world
+    w = watch(log)
+    alive[:] = ["chat_render", "tokenize"]  # the backend's first stubs
+    assert w.dead_model(now=0) is None
+    alive[:] = ["tokenize"]  # chat_render's died
+    assert w.dead_model(now=1) is None  # within the grace (the instance stubs may be starting)
+    assert w.dead_model(now=10.9) is None
+    assert w.dead_model(now=11) == "chat_render"
+
+
+def test_each_started_instance_needs_its_stub(world):
+    log, alive = world
+    w = watch(log)
+    append(log, *(f'I "TRITONBACKEND_ModelInstanceInitialize: chat_render_0_{i} (CPU device 0)"' for i in range(3)))
+    alive[:] = ["chat_render", "chat_render", "chat_render", "tokenize"]
+    assert w.dead_model(now=0) is None
+    alive.remove("chat_render")  # one of three instance stubs died: the load hangs all the same
+    assert w.dead_model(now=5) is None
+    assert w.dead_model(now=15) == "chat_render"
+
+
+def test_loaded_models_and_stubs_back_in_time_are_not_dead(world):
+    log, alive = world
+    w = watch(log)
+    alive[:] = []
+    assert w.dead_model(now=0) is None
+    alive[:] = ["chat_render", "tokenize"]  # both came up within the grace
+    assert w.dead_model(now=9) is None
+    assert w.dead_model(now=30) is None
+    append(log, "I model_lifecycle.cc:839] \"successfully loaded 'tokenize'\"")
+    alive[:] = ["chat_render"]  # a loaded model's stubs are the watchdog's concern, not this
+    assert w.dead_model(now=31) is None
+    assert w.dead_model(now=60) is None
+
+
+def test_without_a_log_only_models_seen_are_watched(world):
+    _, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), None, 0, grace_s=10)
+    assert w.dead_model(now=0) is None
+    assert w.dead_model(now=100) is None  # nothing seen, nothing known to load
+    alive[:] = ["tokenize"]
+    w.dead_model(now=101)
+    alive[:] = []
+    assert w.dead_model(now=102) is None
+    assert w.dead_model(now=112) == "tokenize"
