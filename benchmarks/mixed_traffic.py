@@ -124,6 +124,8 @@ class Report:
     server_pid_after: int | None = None
     restarts: int | None = None
     signals_in_log: list[str] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """Memory (MB of RSS) and thread counts of tritonserver and each stub, every ``sample_s``."""
 
     @property
     def passed(self) -> bool:
@@ -147,6 +149,7 @@ class Report:
             "server_pid_after": self.server_pid_after,
             "restarts": self.restarts,
             "signals_in_log": self.signals_in_log,
+            "memory_mb": memory_summary(self.samples),
             "passed": self.passed,
         }
 
@@ -478,8 +481,46 @@ def signals_in(log: Path, offset: int) -> list[str]:
     return [ln for ln in lines if "Signal (" in ln or "exited unexpectedly" in ln]
 
 
-def check_server(settings: Any, sender: Sender, run: Callable[[], Report]) -> Report:
-    """``run`` with the server watched: its pid before and after, restarts, signals in its log."""
+def _status(pid: int, key: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def sample(server_pid: int) -> dict[str, Any]:
+    """RSS (MB) and threads of the server and each stub now (a stub by model and pid)."""
+    from serving.watchdog import stubs_of
+
+    row: dict[str, Any] = {"t": round(time.time(), 1), "server_mb": (_status(server_pid, "VmRSS") or 0) / 1024}
+    for pid, stub in sorted(stubs_of(server_pid).items()):
+        rss, threads = _status(pid, "VmRSS"), _status(pid, "Threads")
+        if rss is not None:
+            row[f"{stub.model}/{pid}"] = {"mb": round(rss / 1024, 1), "threads": threads}
+    return row
+
+
+def memory_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """First, last and largest RSS of each process over the run, and its most threads."""
+    out: dict[str, Any] = {}
+    for row in samples:
+        for name, v in row.items():
+            if name == "t":
+                continue
+            mb, threads = (v, None) if name == "server_mb" else (v["mb"], v["threads"])
+            s = out.setdefault(name, {"first": mb, "max": mb, "max_threads": threads})
+            s.update(last=mb, max=max(s["max"], mb))
+            if threads is not None:
+                s["max_threads"] = max(s["max_threads"] or 0, threads)
+    return out
+
+
+def check_server(settings: Any, sender: Sender, run: Callable[[], Report], sample_s: float = 30.0) -> Report:
+    """``run`` with the server watched: its pid before and after, restarts, signals in its log,
+    and its and its stubs' memory and threads every ``sample_s``."""
     from serving import launch
 
     log = Path(settings.log_file)
@@ -487,7 +528,24 @@ def check_server(settings: Any, sender: Sender, run: Callable[[], Report]) -> Re
     state = launch.supervisor_state(settings)
     restarts_before = state.restarts if state else 0
     pid_before = launch.running_pid(settings)
-    report = run()
+    samples: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def sampler() -> None:
+        while pid_before is not None and not done.is_set():
+            samples.append(sample(pid_before))
+            done.wait(sample_s)
+
+    watcher = threading.Thread(target=sampler, daemon=True)
+    watcher.start()
+    try:
+        report = run()
+    finally:
+        done.set()
+        watcher.join()
+    if pid_before is not None and launch.running_pid(settings) == pid_before:
+        samples.append(sample(pid_before))
+    report.samples = samples
     report.server_pid_before = pid_before
     report.server_pid_after = launch.running_pid(settings)
     state = launch.supervisor_state(settings)
