@@ -78,7 +78,9 @@ def test_bad_generation_requests(client, kw, message, stream):
     assert message in e.value.message
     # A message alone does not make a client error: a server fault carries one too.
     assert e.value.kind == "client", repr(e.value)
-    assert e.value.status == ("400" if client.protocol == "http" else "StatusCode.INVALID_ARGUMENT"), repr(e.value)
+    # A gRPC stream brings a model's error without a code (no triton_grpc_error: it crashes 2.51);
+    # client.stream_error_kind reads the message (test_model_refusals_on_a_stream_are_client_errors).
+    assert e.value.status == ("400" if client.protocol == "http" else ""), repr(e.value)
     assert client.is_ready()
 
 

@@ -7,7 +7,8 @@ streams (some cancelled early) and the OpenAI front (streamed or not, some strea
 refusal must be a client error carrying its message, every valid answer what the same request
 answered alone, and tritonserver must be the same process at the end, with no signal in its log and
 no restart. Before the ensembles became chains this crashed the server within a few dozen
-requests; gRPC streams with ``triton_grpc_error`` still do (the second test shows it is the header).
+requests. gRPC streams with ``triton_grpc_error`` still crash it, so no client here sends that header
+(the second test checks the server saw none of its failed streams).
 """
 
 from __future__ import annotations
