@@ -8,6 +8,7 @@ from .triton_client import (
     RequestError,
     error_kind,
     stream_error_kind,
+    strip_ensemble_prefix,
     triton_check_kind,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "RequestError",
     "error_kind",
     "stream_error_kind",
+    "strip_ensemble_prefix",
     "triton_check_kind",
 ]

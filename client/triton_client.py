@@ -107,6 +107,11 @@ _SERVER_FAULTS: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
 )
 
 
+def strip_ensemble_prefix(message: str) -> str:
+    """A step's own message, without the "in ensemble 'NAME', " Triton puts before it."""
+    return _ENSEMBLE_PREFIX.sub("", message)
+
+
 def stream_error_kind(message: str) -> ErrorKind:
     """The kind of an error a gRPC stream delivered without a status: Triton's own request checks
     (``triton_check_kind``), a server fault (``_SERVER_FAULTS``), else a model's refusal of the
@@ -114,7 +119,7 @@ def stream_error_kind(message: str) -> ErrorKind:
     kind = triton_check_kind(message)
     if kind != "unknown":
         return kind
-    inner = _ENSEMBLE_PREFIX.sub("", message)
+    inner = strip_ensemble_prefix(message)
     if not inner.strip():
         return "unknown"
     return next((kind for pattern, kind in _SERVER_FAULTS if pattern.match(inner)), "client")

@@ -64,7 +64,7 @@ def _error(e: Exception) -> FrontError:
     import grpc
     from tritonclient.utils import InferenceServerException
 
-    from client import stream_error_kind
+    from client import stream_error_kind, strip_ensemble_prefix
 
     if isinstance(e, grpc.RpcError):  # the call itself failed (transport, deadline)
         code, message = f"StatusCode.{e.code().name}", e.details() or ""
@@ -82,10 +82,7 @@ def _error(e: Exception) -> FrontError:
         status = HTTPStatus.SERVICE_UNAVAILABLE
     if status == HTTPStatus.SERVICE_UNAVAILABLE and code not in ("", "None"):
         message = f"The inference server is not reachable now (starting or restarting): {message}"
-    # Triton names the ensemble first; the message after it is the stage's own.
-    while message.startswith("in ensemble '") and ", " in message:
-        message = message.split(", ", 1)[1]
-    return FrontError(message, status)
+    return FrontError(strip_ensemble_prefix(message), status)  # the stage's own message
 
 
 class Ensembles:
