@@ -6,9 +6,13 @@ its own reference to a finished iterator on its stub-to-parent thread, without t
 (``SendCleanupId`` erasing ``response_iterator_map_``). When that reference is the last one, the
 iterator, its responses and their arrays are freed there, racing the interpreter: the heap
 corruption (``double free or corruption``, ``malloc(): unaligned fastbin chunk``, SIGSEGV) that
-killed ``detokenize`` stubs under load (docs/RELIABILITY.md). Holding the Python objects of each
-call for ``hold_s`` after it ends makes the stub's reference go first; the last one is then
-dropped here, by a Python thread that holds the GIL.
+killed ``detokenize`` stubs under load (docs/RELIABILITY.md).
+
+The rule is that the stub's reference goes first. ``detokenize`` makes sure of it when it can: it
+waits for the stub-to-parent thread to get past the call's cleanup (``stub_let_go`` in
+``serving/detokenize_adapter.py``) and then drops the objects itself. When it cannot (a cancelled
+request, an internal error mid-call), it hands them here: held for ``hold_s``, long enough for
+that thread on a loaded host, then dropped by a Python thread that holds the GIL.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import time
 from collections import deque
 from typing import Any
 
-DEFAULT_HOLD_S = 10.0
+DEFAULT_HOLD_S = 30.0
 """How long a finished call's objects are kept. The stub's cleanup runs within milliseconds of the
-final response; seconds leave room for a loaded host."""
+final response; a time of 10 s was once outrun under starvation (docs/RELIABILITY.md)."""
 
 
 class DeferredRelease:

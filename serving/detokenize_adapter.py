@@ -52,6 +52,10 @@ class EngineError(RenderError):
     """The engine refused the request (its own message, a client error)."""
 
 
+class EngineFaultError(RuntimeError):
+    """The engine failed the request (an internal error)."""
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         params = io.model_params(args)
@@ -90,15 +94,25 @@ class TritonPythonModel:
             with self._lock:
                 self._running[rid] = cancel
         held: list[Any] = [request]  # the BLS calls' objects, added as they are made
+        drained = False  # whether every BLS call of the request ran to its end
         try:
-            self._generate(request, sender, cancel, held)
+            final = self._generate(request, sender, cancel, held)
+            drained = True
+        except (EngineError, EngineFaultError) as e:  # raised once the engine's responses are drained
+            final = io.error_response(e, self.name)
+            drained = True
         except Exception as e:  # noqa: BLE001 - the error goes to this request only
-            sender.send(io.error_response(e, self.name), flags=FINAL)
+            final = io.error_response(e, self.name)
         finally:
             with self._lock:
                 if self._running.get(rid) is cancel:
                     del self._running[rid]
+        # Before the final response, while the request can still be asked (serving/deferred_release.py).
+        settled = drained and stub_let_go(request)
+        sender.send(final, flags=FINAL)
+        if not settled:
             self._finished.keep(*held)
+        # else the last references go with `held`, here, on a thread that holds the GIL
 
     def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
         """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
@@ -123,7 +137,9 @@ class TritonPythonModel:
             prompt_ids = io.get_ids(request, "decoder_input_ids")
         return tensors, prompt_ids
 
-    def _generate(self, request: Any, sender: Any, cancel: threading.Event, held: list[Any]) -> None:
+    def _generate(self, request: Any, sender: Any, cancel: threading.Event, held: list[Any]) -> Any:
+        """Runs the engine request, streams the text pieces when the client streams; returns the
+        final response, for the caller to send once the stub has let go of the BLS calls."""
         tensors, prompt_ids = self._engine_inputs(request)
         held.append(tensors)
         stream = bool(io.get_scalar(request, "streaming", bool))
@@ -145,31 +161,35 @@ class TritonPythonModel:
             request_id=request_id,
         )
         n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
-        done = sent_final = cancelled = False
+        done = cancelled = False
+        final = None  # a streamed request's last piece, held back until the engine is drained
         responses = engine_request.exec(decoupled=True)
         held += (engine_request, responses)
         for response in responses:
             if done:
                 continue  # draining a request ended here
             if response.has_error():
-                raise _engine_error(response.error(), self.engine)
+                error = _engine_error(response.error(), self.engine)
+                for _ in responses:
+                    pass  # to the end, so that the stub cleans the call up
+                raise error
             new_ids = _delta(response)
             if new_ids is None:
                 continue  # the engine's empty final response
             progress = detok.push(new_ids)
             done = progress.finish_reason is not None
             if stream:
-                sender.send(
-                    _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt),
-                    flags=FINAL if done else 0,
-                )
-                sent_final = done
+                piece = _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt)
+                if done:
+                    final = piece
+                else:
+                    sender.send(piece)
             if not done and (cancel.is_set() or request.is_cancelled()):
                 done = cancelled = True
             if done and not _ended_by_engine(progress):
                 self._cancel(request_id, tensors, held)
-        if sent_final:
-            return
+        if final is not None:
+            return final
         detok.end("abort" if cancelled else "length")  # no-op when the text already ended it
         text = detok.next_text() if stream else detok.text
         ids = [] if stream else detok.output_ids
@@ -177,7 +197,7 @@ class TritonPythonModel:
             # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
             text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
             ids = prompt_ids + ids
-        sender.send(_response(text, ids, detok.finish_reason, n_prompt), flags=FINAL)
+        return _response(text, ids, detok.finish_reason, n_prompt)
 
     def _cancel(self, request_id: str, tensors: list[Any], held: list[Any]) -> None:
         """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
@@ -192,6 +212,21 @@ class TritonPythonModel:
         held += (stop, responses)
         for _ in responses:
             pass
+
+
+def stub_let_go(request: Any) -> bool:
+    """Wait until the stub has dropped its own references to the request's finished BLS calls;
+    whether it has. Call it before the request's final response (its answer comes from the
+    request's response factory, which the final response deletes).
+
+    ``is_cancelled`` queues its question on the stub's stub-to-parent thread behind the cleanups
+    that the calls' iterators queued as they finished, and returns once that thread has answered
+    it, so a False means those cleanups are done. A True may be the stub's cached answer, with no
+    round trip: the caller then holds the objects for a while instead (``DeferredRelease``)."""
+    try:
+        return not request.is_cancelled()
+    except Exception:  # noqa: BLE001 - no answer: assume nothing
+        return False
 
 
 def _flag(request: Any, name: str, default: bool) -> bool:
@@ -220,7 +255,7 @@ def _engine_error(error: Any, engine: str) -> Exception:
     code = error.code() if hasattr(error, "code") else None
     if code == pb_utils.TritonError.INVALID_ARG:
         return EngineError(error.message())
-    return RuntimeError(f"engine '{engine}': {error.message()}")
+    return EngineFaultError(f"engine '{engine}': {error.message()}")
 
 
 def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int) -> Any:
