@@ -84,7 +84,11 @@ class Recorder:
                         recorder.events.append(("drained", self))
                     raise
 
-        exec_, asked, send = fake_triton.InferenceRequest.exec, fake_triton.Request.is_cancelled, fake_triton.ResponseSender.send
+        exec_, asked, send = (
+            fake_triton.InferenceRequest.exec,
+            fake_triton.Request.is_cancelled,
+            fake_triton.ResponseSender.send,
+        )
 
         def recording_exec(self, decoupled: bool = False):  # noqa: ANN001, ANN202
             out = Drained(exec_(self, decoupled))
@@ -110,7 +114,9 @@ class Recorder:
 
     def client_request(self) -> object:
         """The request detokenize served: the one asked that is not the engine's."""
-        asked = [obj for kind, obj in self.events if kind == "asked" and not any(obj is r for r in self.engine_requests)]
+        asked = [
+            obj for kind, obj in self.events if kind == "asked" and not any(obj is r for r in self.engine_requests)
+        ]
         assert asked, "detokenize never asked its request is_cancelled"
         return asked[-1]
 
