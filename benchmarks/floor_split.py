@@ -49,7 +49,7 @@ def start(variant: str, index: int) -> Any:
     from unittest import mock
 
     from benchmarks.run import server_settings
-    from serving import launch
+    from launcher import cli as launch
 
     slug = variant.replace(" ", "-")
     port = BASE_PORT + 10 * index
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
 
-    from serving import launch
+    from launcher import cli as launch
 
     WORK.mkdir(parents=True, exist_ok=True)
     data = make_inputs.path_of("chat_mix")

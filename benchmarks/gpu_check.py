@@ -14,7 +14,7 @@ every check passed, 1 when one failed, 2 when there is no CUDA device (nothing w
 
 It needs only what a GPU host with PyTorch has (torch, numpy, pillow, transformers; numba optional)
 and the tiny model folders, built beforehand where the project's venv is
-(``python -m serving.vlm_model``) and carried along: it builds nothing and imports no server code.
+(``python -m model_builders.vlm_model``) and carried along: it builds nothing and imports no server code.
 
     python -m benchmarks.gpu_check [--models-dir build/models] [--out FILE] [--repeat 5]
     python -m benchmarks.gpu_check --device cpu:0     # the same torch code on the CPU (a rehearsal)
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [f for f in FAMILIES if not (a.models_dir / f"tiny-{f}" / "config.json").is_file()]
     if missing:
         print(
-            f"gpu-check: no model folder for {missing} under {a.models_dir} (python -m serving.vlm_model)",
+            f"gpu-check: no model folder for {missing} under {a.models_dir} (python -m model_builders.vlm_model)",
             file=sys.stderr,
         )
         return 2

@@ -15,7 +15,7 @@ streams and counts responses whose ``Y`` differs from the ``X`` sent. The stub a
 each input's numpy data lies: inside the /dev/shm pool mapping or not, and whether its address is
 handed again to another request while the first is still unanswered (what a freed block would show)
 or only after it was answered (the allocator does reuse). It starts and stops its own
-``tritonserver`` (``serving.launch.triton_home()``) and prints a JSON summary.
+``tritonserver`` (``launcher.triton_home()``) and prints a JSON summary.
 
 Result on this host (r24.10): no mismatches and no crash. The shared-memory blocks are reference
 counted across the two processes (``AllocatedShmOwnership``): the stub's tensor holds one
@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from serving.launch import ensure_python_stub, server_env, triton_home  # noqa: E402
+from launcher.server import ensure_python_stub, server_env, triton_home  # noqa: E402
 
 MODEL_PY = """
 import json, threading, time

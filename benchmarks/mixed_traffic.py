@@ -493,7 +493,7 @@ def _status(pid: int, key: str) -> int | None:
 
 def sample(server_pid: int) -> dict[str, Any]:
     """RSS (MB) and threads of the server and each stub now (a stub by model and pid)."""
-    from serving.watchdog import stubs_of
+    from launcher.watchdog import stubs_of
 
     row: dict[str, Any] = {"t": round(time.time(), 1), "server_mb": (_status(server_pid, "VmRSS") or 0) / 1024}
     for pid, stub in sorted(stubs_of(server_pid).items()):
@@ -521,7 +521,7 @@ def memory_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def check_server(settings: Any, sender: Sender, run: Callable[[], Report], sample_s: float = 30.0) -> Report:
     """``run`` with the server watched: its pid before and after, restarts, signals in its log,
     and its and its stubs' memory and threads every ``sample_s``."""
-    from serving import launch
+    from launcher import cli as launch
 
     log = Path(settings.log_file)
     offset = log.stat().st_size if log.exists() else 0
@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
 
-    from serving import launch
+    from launcher import cli as launch
 
     s = settings(a.build_dir, PORT)
     if launch.start(s) != 0:

@@ -87,7 +87,7 @@ def profile(target: list[str], model_dir: str, concurrency: int, requests: int) 
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from serving import launch
+    from launcher import cli as launch
 
     if not GENAI_PERF.exists():
         return {"error": f"{GENAI_PERF} missing: make genai-perf"}

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from benchmarks.run import server_settings
-    from serving import launch
+    from launcher import cli as launch
 
     s = server_settings(
         models="render_completion,render_chat",

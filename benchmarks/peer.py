@@ -1,4 +1,4 @@
-"""vLLM itself as the peer: its own venv (``build/peer-venv``, built by ``serving/vllm_env.py``,
+"""vLLM itself as the peer: its own venv (``build/peer-venv``, built by ``model_builders/vllm_env.py``,
 which the ``LLM_ENGINE=vllm`` engine shares) and its render-only server.
 
 ``python -m benchmarks.peer install`` builds the venv once. ``start`` / ``stop`` run
@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from serving.vllm_env import PYTHON, VENV, install, installed, version  # noqa: F401 - re-exported for run.py
+from model_builders.vllm_env import PYTHON, VENV, install, installed, version  # noqa: F401 - re-exported for run.py
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))

@@ -8,7 +8,7 @@
 Steps, in order (one server at a time, so nothing else competes for the cores; in the head-to-head
 several are up, but only the one being measured gets requests):
 
-1. our server (``serving.launch``) on 127.0.0.1:19300 (HTTP), 19301 (gRPC), 19302 (metrics);
+1. our server (``launcher``) on 127.0.0.1:19300 (HTTP), 19301 (gRPC), 19302 (metrics);
    our ids for every input (the reference every other driver is checked against);
 2. perf_analyzer on ``render_completion`` and ``render_chat``, HTTP and gRPC, concurrency sweep;
    the other input mixes at one concurrency; perf_analyzer's ``openai`` kind (JSON over HTTP) on
@@ -48,9 +48,8 @@ from typing import Any
 
 from benchmarks import head_to_head as h2h
 from benchmarks import make_inputs
-from benchmarks import perf_analyzer as pa
 from benchmarks import peer as peer_mod
-
+from benchmarks import perf_analyzer as pa
 from benchmarks.layout import (
     ALL_INPUTS,
     BUILD,
@@ -158,7 +157,7 @@ class Plan:
 
 
 def server_settings(**overrides: Any) -> Any:
-    from serving import launch
+    from launcher import cli as launch
 
     base = launch.Settings.from_env()
     fields = dict(
@@ -366,14 +365,14 @@ def start_floor(s: Any) -> bool:
     """Start a server with settings ``s`` on the floor's model repository; True when it is ready."""
     from unittest import mock
 
-    from serving import launch
+    from launcher import cli as launch
 
     with mock.patch.object(launch, "TEMPLATES", floor_templates()):
         return launch.start(s) == 0
 
 
 def run_floor(plan: Plan) -> list[dict[str, Any]]:
-    from serving import launch
+    from launcher import cli as launch
 
     rows: list[dict[str, Any]] = []
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "floor-server"))
@@ -488,7 +487,7 @@ def describe(plan: Plan) -> list[str]:
 
 
 def run(plan: Plan) -> dict[str, Any]:
-    from serving import launch
+    from launcher import cli as launch
 
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "perf_analyzer.log").write_text("")
@@ -701,7 +700,7 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
 
 def run_head_to_head(plan: Plan) -> dict[str, Any]:
     """Our server, the floor and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``)."""
-    from serving import launch
+    from launcher import cli as launch
 
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
     fs = server_settings(

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from transformers import AutoTokenizer
 
-    from serving import launch
+    from launcher import cli as launch
 
     perf_analyzer.install(quiet=True)
     make_inputs.write()

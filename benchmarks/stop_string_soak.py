@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.run import server_settings
     from client import RendererClient, RequestError
-    from serving import launch
+    from launcher import cli as launch
 
     shutil.rmtree(a.build_dir, ignore_errors=True)  # a fresh log: only this run's crashes count
     s = server_settings(

@@ -92,7 +92,7 @@ def triton_check_kind(message: str) -> ErrorKind:
 _ENSEMBLE_PREFIX = re.compile(r"^(in ensemble '[^']*', )+")
 # What a server fault says when a model's error reaches a stream (every other error a model of this
 # repository sends is a RenderError, a client error): the adapters' own internal errors
-# (serving/triton_io.py::to_triton_error), the Python backend's for a failed or dead stub
+# (triton_io/tensors.py::to_triton_error), the Python backend's for a failed or dead stub
 # (python_be.cc), and Triton's for an ensemble step whose model is not loaded.
 _SERVER_FAULTS: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
     (re.compile(pattern), kind)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Container entrypoint: the launcher `make serve` runs (python -m serving.launch), configured by
+# Container entrypoint: the launcher `make serve` runs (python -m launcher), configured by
 # environment variables only (the Kubernetes ConfigMap sets them).
 #   entrypoint.sh [serve|start|stop|status|render]     (default: serve, in the foreground)
 # PYTHON picks the interpreter (default: python3 on PATH, /opt/venv's in the image).
@@ -16,4 +16,4 @@ if [[ "${action}" == serve && "${CLEAN_STALE_SHM:-0}" == 1 ]]; then
 fi
 # exec: the launcher takes this process (PID 1 in the container) and, under `serve`, supervises
 # tritonserver: it restarts a server that dies and stops everything on SIGTERM.
-exec "${PYTHON:-python3}" -m serving.launch "${action}"
+exec "${PYTHON:-python3}" -m launcher "${action}"

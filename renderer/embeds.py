@@ -102,8 +102,9 @@ def safe_load_prompt_embeds(raw: bytes, *, hidden_size: int | None, dtype: "torc
 
 def model_dtype(model_dir: str) -> "torch.dtype":
     """The dtype the model's config declares (what vLLM casts embeds to)."""
-    import torch
     from pathlib import Path
+
+    import torch
 
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     name = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"

@@ -35,7 +35,7 @@ def port(name: str) -> int:
 
 def tokenizer_dirs(model_dir: Path) -> dict[str, Path]:
     """Template name -> folder: the default model and the test tokenizers (built if missing)."""
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     return {"smollm2": Path(model_dir), **build(BUILD / "models" / "tokenizers")}
 
@@ -49,8 +49,8 @@ def render_only_model_dir(tok_dir: Path, dst: Path) -> Path:
 
 def start_chat_server(base: Any, name: str, model_dir: Path, tmp: Path, **settings: Any) -> Any:
     """Start a ``render_chat`` server for ``model_dir`` on ``name``'s ports; returns its settings
-    (stop it with ``serving.launch.stop``). ``settings`` override the base server's."""
-    from serving import launch
+    (stop it with ``launcher.stop``). ``settings`` override the base server's."""
+    from launcher import cli as launch
 
     http = port(name)
     s = replace(

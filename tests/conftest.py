@@ -28,7 +28,7 @@ class ServerStartRefusedError(RuntimeError):
 # What a unit test must never start: Triton, the container entrypoint and the load tools as
 # programs; the launcher's supervisor and front as modules, and the launcher with a start command.
 _SERVER_PROGRAMS = frozenset({"tritonserver", "entrypoint.sh", "perf_analyzer", "genai-perf"})
-_SERVER_MODULES = frozenset({"serving.supervisor", "serving.openai_front"})
+_SERVER_MODULES = frozenset({"launcher.supervisor", "openai_front"})
 _STARTING_LAUNCH_COMMANDS = frozenset({"serve", "start"})
 
 
@@ -37,7 +37,9 @@ def _is_server_command(args: object) -> bool:
     if not argv or Path(argv[0].split()[0]).name in _SERVER_PROGRAMS:
         return bool(argv)
     module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
-    return module in _SERVER_MODULES or (module == "serving.launch" and bool(_STARTING_LAUNCH_COMMANDS & set(argv)))
+    return module in _SERVER_MODULES or (
+        module in ("launcher", "launcher.cli") and bool(_STARTING_LAUNCH_COMMANDS & set(argv))
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -68,7 +70,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    from serving.default_model import build
+    from model_builders.default_model import build
 
     return build(DEFAULT_MODEL)
 
@@ -82,7 +84,7 @@ def hf_tokenizer(model_dir):
 
 @pytest.fixture(scope="session")
 def server_settings(model_dir):
-    from serving.launch import Settings
+    from launcher.settings import Settings
 
     return replace(
         Settings(),
@@ -107,7 +109,7 @@ def server_settings(model_dir):
 
 @pytest.fixture(scope="session")
 def server(server_settings):
-    from serving import launch
+    from launcher import cli as launch
 
     launch.stop(server_settings)
     if launch.start(server_settings) != 0:

@@ -207,9 +207,7 @@ def install() -> types.ModuleType:
 
 ADAPTER_MODULES = (
     "triton_python_backend_utils",
-    "serving.triton_io",
-    "serving.llm_adapter",
-    "serving.detokenize_adapter",
+    "triton_io.tensors",
 )
 """The stub modules the adapters import: bound to this stand-in while it is installed."""
 
@@ -226,7 +224,7 @@ def installed() -> Iterator[types.ModuleType]:
             package, _, attr = name.rpartition(".")
             if module is None:
                 sys.modules.pop(name, None)
-                if package in sys.modules:  # `from serving import triton_io` reads the attribute first
+                if package in sys.modules:  # `from triton_io import tensors` reads the attribute first
                     vars(sys.modules[package]).pop(attr, None)
             else:
                 sys.modules[name] = module
@@ -240,7 +238,7 @@ def rendered_repository(build_dir: Path, **settings: Any) -> Iterator["InProcess
     rendered into ``build_dir`` and run in process on this stand-in; finalized afterwards."""
     from dataclasses import replace
 
-    from serving import launch
+    from launcher import cli as launch
 
     with installed():
         s = replace(launch.Settings(), build_dir=str(build_dir), openai_port=0, **settings)

@@ -48,14 +48,16 @@ def too_long(limit: int, out: int, n: int) -> str:
 
 @pytest.fixture(scope="module")
 def vlm_dir() -> Path:
-    from serving import launch
+    from launcher import cli as launch
+    from launcher import repository
 
-    return launch.build_vlm(replace(launch.Settings(), model="qwen2-vl"))
+    return repository.build_vlm(replace(launch.Settings(), model="qwen2-vl"))
 
 
 @pytest.fixture(scope="module")
 def encdec_dir(model_dir) -> Path:
-    from serving import launch, seq2seq_model
+    from launcher import cli as launch
+    from model_builders import seq2seq_model
 
     return seq2seq_model.build(launch.Settings().resolved_encdec_model_dir, model_dir)
 
@@ -292,11 +294,12 @@ def test_encoder_decoder_prompts_honour_max_model_len(encdec_dir):
 
 @pytest.mark.parametrize("family", [None, "qwen2_vl", "pixtral"])
 def test_launcher_hands_max_model_len_to_every_stage_that_checks_lengths(tmp_path, family):
-    from serving import launch
+    from launcher import cli as launch
+    from launcher import repository
     from tests.fake_triton import parse_config
 
     s = replace(launch.Settings(), build_dir=str(tmp_path), max_model_len=64, mm_instance_kind="KIND_CPU")
-    repo = launch.render_repository(s, family)
+    repo = repository.render_repository(s, family)
     for model in ("tokenize", "tokenize_enc_dec"):
         assert parse_config(repo / model / "config.pbtxt").parameters["max_model_len"].string_value == "64", model
     if family is None:
@@ -321,7 +324,7 @@ def test_slow_requests_of_a_batch_are_built_last_and_answered_in_order():
 
     fake_triton.install()
     from renderer.chat_stage import may_send_template
-    from serving import triton_io as io
+    from triton_io import tensors as io
 
     built: list[str] = []
 

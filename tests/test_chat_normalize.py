@@ -48,8 +48,7 @@ ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
 @pytest.fixture(scope="module")
 def renderers(model_dir) -> dict[tuple[str, bool], ChatRenderer]:
     """(template name, trusted) -> renderer, for every template the fixture covers."""
-    from serving.reference_tokenizers import build
-
+    from model_builders.reference_tokenizers import build
     from renderer.chat_stage import ChatStage
 
     build(ROOT / "build" / "models" / "tokenizers")  # the tokenizer folders the fixture names

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from chat_cases import CASES, PNG_DATA_URL, TEMPLATE_ERROR_CASES, TEMPLATES
 
 from renderer.chat import (
     ChatParams,
@@ -41,7 +42,6 @@ from renderer.errors import (
     UnknownFieldError,
 )
 from renderer.tokenizer import EncodeOptions, Tokenizer
-from chat_cases import CASES, PNG_DATA_URL, TEMPLATE_ERROR_CASES, TEMPLATES
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
@@ -63,7 +63,7 @@ RENDERED_PAIRS = [(c["id"], name) for c in CASES for name in c["templates"] if (
 
 @pytest.fixture(scope="session")
 def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
 
@@ -862,7 +862,7 @@ def test_concurrent_renders_match_sequential(renderers):
 
 
 def test_tokenizer_builder_is_idempotent(tokenizer_dirs):
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     marks = {n: (d / "SOURCE.json").stat().st_mtime_ns for n, d in tokenizer_dirs.items() if n != "smollm2"}
     start = time.monotonic()

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from chat_servers import BUILD, render_only_model_dir, start_chat_server, tokenizer_dirs, trusts_request_templates
+
 from client import RendererClient, RequestError
 
 pytestmark = pytest.mark.live
@@ -33,7 +33,7 @@ ENSEMBLE_PREFIX = re.compile(r"^in ensemble '[^']+', ")
 @pytest.fixture(scope="module")
 def servers(server, model_dir, tmp_path_factory):
     """Template name -> server settings, started on first use and stopped with the module."""
-    from serving import launch
+    from launcher import cli as launch
 
     started: dict[str, object] = {"smollm2": server}
     dirs = tokenizer_dirs(model_dir)

@@ -78,7 +78,7 @@ def stub_backend():
 @pytest.fixture(scope="module", params=list(BUILTIN))
 def repository(request, stub_backend, tmp_path_factory):
     """(family, the launcher's rendered repository for the family's built-in model, run in-process)."""
-    from serving import launch
+    from launcher import cli as launch
 
     family = request.param
     s = replace(
@@ -136,7 +136,7 @@ def test_the_check_refuses_a_drift():
 def test_an_adapter_that_drifts_fails(stub_backend, tmp_path):
     """A config edited away from its adapter (mm_kwargs' type, here via chat_render's text
     config) is caught by walking the ensemble."""
-    from serving import launch
+    from launcher import cli as launch
 
     s = replace(launch.Settings(), build_dir=str(tmp_path), mm_instance_kind="KIND_CPU", openai_port=0)
     launch.prepare(s)
@@ -155,12 +155,13 @@ def test_an_adapter_that_drifts_fails(stub_backend, tmp_path):
 def test_vllm_engine_declares_the_stand_ins_tensors(tmp_path):
     """vLLM's engine adapter runs only in vLLM's environment (not here): its config must declare
     exactly the stand-in's tensors, which the in-process run above checks against the adapter."""
-    from serving import launch
+    from launcher import cli as launch
+    from launcher import repository
     from tests.fake_triton import parse_config
 
     s = replace(launch.Settings(), build_dir=str(tmp_path), mm_instance_kind="KIND_CPU")
-    standin = parse_config(launch.render_repository(s) / "llm" / "config.pbtxt")
-    vllm = parse_config(launch.render_repository(replace(s, llm_engine="vllm")) / "llm" / "config.pbtxt")
+    standin = parse_config(repository.render_repository(s) / "llm" / "config.pbtxt")
+    vllm = parse_config(repository.render_repository(replace(s, llm_engine="vllm")) / "llm" / "config.pbtxt")
     assert list(vllm.output) == list(standin.output)
     assert list(vllm.input) == list(standin.input)
 
@@ -181,13 +182,15 @@ def test_family_variants_come_from_one_template():
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "pixtral"])
 def test_one_template_renders_each_familys_image_tensors(tmp_path, family):
-    from renderer.multimodal.tensors import image_tensors
-    from serving import launch
-    from tests.fake_triton import parse_config
     from tritonclient.grpc import model_config_pb2
 
+    from launcher import cli as launch
+    from launcher import repository
+    from renderer.multimodal.tensors import image_tensors
+    from tests.fake_triton import parse_config
+
     s = replace(launch.Settings(), build_dir=str(tmp_path), mm_instance_kind="KIND_CPU")
-    repo = launch.render_repository(s, family)
+    repo = repository.render_repository(s, family)
     want = {t.name: (t.dtype, list(t.dims)) for t in image_tensors(family)}
     for model in ("mm_process", "render_chat"):
         declared = {

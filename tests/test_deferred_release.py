@@ -1,5 +1,5 @@
 """A BLS call's Python objects outlive the stub's own references to them and are dropped on a
-Python thread (serving/deferred_release.py): Triton 2.51's stub otherwise frees a finished
+Python thread (triton_io/deferred_release.py): Triton 2.51's stub otherwise frees a finished
 response iterator, with the NumPy arrays of its responses, on a thread without the GIL, the heap
 corruption that killed ``detokenize`` stubs after a stop string ended a generation early. Unit
 tests, no server: the helper alone, then the ``detokenize`` adapter in process (tests/fake_triton.py)
@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 import time
 
+import fake_triton
 import numpy as np
 import pytest
 
-import fake_triton
-from serving.deferred_release import DeferredRelease
+from triton_io.deferred_release import DeferredRelease
 
 HOLD_S = 0.4
 
@@ -160,7 +160,7 @@ def test_detokenize_waits_for_the_stub_to_let_go_before_its_final_response(repo,
 
 def test_a_cancelled_request_holds_its_bls_calls(repo, monkeypatch):
     """``is_cancelled`` answering True may come from the stub's cache, with no round trip behind
-    the cleanups: then the calls' objects are held (serving/deferred_release.py)."""
+    the cleanups: then the calls' objects are held (triton_io/deferred_release.py)."""
     inputs = stop_string_request(repo, False)
     detokenize = repo.model("detokenize")
     held_before = len(detokenize._finished)

@@ -23,10 +23,16 @@ from unittest import mock
 import pytest
 import yaml
 
-from serving import launch
+from launcher import cli as launch
+from launcher import server
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
+# What the image must carry: every Python package of the project but the tests and benchmarks, and
+# the model repository (a new package that the Dockerfile forgets fails here).
+PROJECT_FOLDERS = sorted(
+    p.name for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name not in ("tests", "benchmarks")
+) + ["model_repository"]
 K8S = DOCKER / "k8s"
 OVERLAYS = {"cpu": K8S / "overlays" / "cpu", "gpu": K8S / "overlays" / "gpu"}
 KUSTOMIZATIONS = {**OVERLAYS, "loadtest": K8S / "loadtest"}
@@ -247,29 +253,26 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
     joined = text.replace("\\\n", " ")
     assert re.search(r"^ARG TRITON_TAG=24\.10-py3$", text, re.M)
     assert "FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}" in text
-    for folder in ("renderer", "serving", "model_repository", "client"):
+    for folder in PROJECT_FOLDERS:
         assert re.search(rf"^COPY {folder}/ {folder}/$", text, re.M), folder
-    assert re.search(r"^RUN python -m serving\.default_model ", text, re.M)
+    assert re.search(r"^RUN python -m model_builders\.default_model ", text, re.M)
     # ...and every other built-in model the launcher prepares: MODELS_DIR is read-only in the pod.
-    assert re.search(r"^ && BUILD_DIR=\S+ python -m serving\.launch render", text, re.M)
+    assert re.search(r"^ && BUILD_DIR=\S+ python -m launcher render", text, re.M)
     env = dict(
         re.findall(r"\b([A-Z_]+)=(\S+)", " ".join(line for line in joined.splitlines() if line.startswith("ENV ")))
     )
     assert env["HOST"] == "0.0.0.0" and env["TRITON_HOME"] == "/opt/tritonserver"
     assert env["MODEL_DIR"].startswith(env["MODELS_DIR"] + "/")
-    assert env["MODEL_DIR"] in re.search(r"^RUN python -m serving\.default_model (\S+)", text, re.M).group(0)
+    assert env["MODEL_DIR"] in re.search(r"^RUN python -m model_builders\.default_model (\S+)", text, re.M).group(0)
     # The image's Python matches this venv's (the stub is taken for that version).
     (py,) = set(re.findall(r"^ARG PYTHON_VERSION=(\S+)$", text, re.M))
     assert py == f"{sys.version_info.major}.{sys.version_info.minor}"
     assert '"/opt/renderer/docker/entrypoint.sh"' in text and 'CMD ["serve"]' in text
-    assert "-m serving.launch" in (DOCKER / "entrypoint.sh").read_text()
+    assert "-m launcher" in (DOCKER / "entrypoint.sh").read_text()
     # The build context is allow-listed; entrypoint.sh and all copied sources are in it.
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
     for path in (
-        "renderer/",
-        "serving/",
-        "model_repository/",
-        "client/",
+        *(f"{folder}/" for folder in PROJECT_FOLDERS),
         "docker/entrypoint.sh",
         "requirements.txt",
         "requirements-nodeps.txt",
@@ -283,9 +286,9 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
 
 def test_triton_home_override(monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_HOME", raising=False)
-    assert launch.triton_home() == launch.site_packages() / "pytriton" / "tritonserver"
+    assert server.triton_home() == server.site_packages() / "pytriton" / "tritonserver"
     monkeypatch.setenv("TRITON_HOME", str(tmp_path))
-    cmd = launch.server_command(launch.Settings(build_dir=str(tmp_path / "b")), "token")
+    cmd = server.server_command(launch.Settings(build_dir=str(tmp_path / "b")), "token")
     assert cmd[0] == str(tmp_path / "bin" / "tritonserver")
     assert f"--backend-directory={tmp_path / 'backends'}" in cmd
 
@@ -296,8 +299,8 @@ def test_triton_home_override(monkeypatch, tmp_path):
 def _image_like_triton_home(tmp: Path) -> Path:
     """A TRITON_HOME laid out like the image's /opt/tritonserver (bin/, backends/), made of
     links to this venv's server, so the entrypoint runs with TRITON_HOME set as in the image."""
-    wheel = launch.site_packages() / "pytriton" / "tritonserver"
-    launch.ensure_python_stub()  # the wheel's stub for this Python, as the Dockerfile installs one
+    wheel = server.site_packages() / "pytriton" / "tritonserver"
+    server.ensure_python_stub()  # the wheel's stub for this Python, as the Dockerfile installs one
     home = tmp / "tritonserver"
     home.mkdir()
     (home / "bin").symlink_to(wheel / "bin")
@@ -309,7 +312,7 @@ def _image_like_triton_home(tmp: Path) -> Path:
 def container(tmp_path_factory, rendered):
     """docker/entrypoint.sh serve, in the foreground as in the pod, with the cpu overlay's
     ConfigMap environment; only the bind address, ports and folders are changed for this host."""
-    from serving.default_model import build
+    from model_builders.default_model import build
 
     tmp = tmp_path_factory.mktemp("container")
     model_dir = build(ROOT / "build" / "models" / "smollm2-135m-instruct")
@@ -351,7 +354,7 @@ def container(tmp_path_factory, rendered):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         # Whatever a failed test left running (the server group, the front) goes with its pid files.
-        subprocess.run([sys.executable, "-m", "serving.launch", "stop"], env=env, cwd=ROOT, check=False)
+        subprocess.run([sys.executable, "-m", "launcher", "stop"], env=env, cwd=ROOT, check=False)
         log.close()
 
 

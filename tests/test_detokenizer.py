@@ -10,8 +10,8 @@ special tokens and ``max_tokens``. ``renderer.detokenizer`` must give the same, 
 from __future__ import annotations
 
 import json
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 

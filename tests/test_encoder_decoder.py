@@ -17,7 +17,7 @@ from renderer.errors import EncoderDecoderError
 
 @pytest.fixture(scope="module")
 def encdec_dir(server_settings):
-    from serving import default_model, seq2seq_model
+    from model_builders import default_model, seq2seq_model
 
     return seq2seq_model.build(
         server_settings.resolved_encdec_model_dir, default_model.build(server_settings.resolved_model_dir)

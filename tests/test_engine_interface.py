@@ -47,12 +47,13 @@ ENS_IN = {t["name"]: t for t in FIXTURE["ensemble"]["inputs"]}
 
 def parse_config(path: Path):
     """A config template parsed with Triton's own protobuf schema (placeholders filled)."""
+    import string
+
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    import string
-
-    from serving.launch import Settings, template_vars
+    from launcher.repository import template_vars
+    from launcher.settings import Settings
 
     text = string.Template(path.read_text()).substitute(template_vars(Settings(mm_instance_kind="KIND_CPU")))
     return text_format.Parse(text, model_config_pb2.ModelConfig())
@@ -154,7 +155,7 @@ ENSEMBLES = sorted(
 
 
 def _model_config(model: str, variant: str):
-    from serving.launch import pick_config
+    from launcher.repository import pick_config
 
     family = variant.removeprefix("config.").removesuffix(".pbtxt") or None
     return parse_config(pick_config(REPO / model, family))

@@ -256,7 +256,7 @@ def two_eos(model_dir, hf_tokenizer, greedy, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trtllm_server(server_settings, two_eos, tmp_path_factory):
-    from serving import launch
+    from launcher import cli as launch
 
     engine = tmp_path_factory.mktemp("engine") / "tensorrt_llm"
     (engine / "1").mkdir(parents=True)

@@ -1,18 +1,18 @@
 """Reading requests at the seam, with no server: the ``ensemble`` front's TensorRT-LLM tensors
 (renderer/trtllm_front.py), ``sampling_params`` (renderer/sampling.py), the tensors
 ``generation_params`` makes of them (renderer/engine_request.py), and an engine's reading of
-``tensorrt_llm`` tensors (serving/trtllm_request.py)."""
+``tensorrt_llm`` tensors (engines/trtllm_inputs.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from engines import trtllm_inputs
 from renderer.engine_request import GenerationResolver, StopPolicy, decode_word_list
 from renderer.errors import InvalidParamsError, TensorError
 from renderer.sampling import SamplingParams
 from renderer.trtllm_front import UnsupportedInputError, parse_front_request
-from serving import trtllm_request
 
 
 def getter(**tensors):
@@ -127,7 +127,7 @@ def test_generation_tensors(model_dir):
 
 def test_engine_reads_tensorrt_llm_tensors():
     table = np.ones((2, 4), np.float16)
-    req = trtllm_request.parse(
+    req = trtllm_inputs.parse(
         getter(
             input_ids=[100, 101],
             input_lengths=[2],
@@ -148,10 +148,10 @@ def test_engine_reads_tensorrt_llm_tensors():
 def test_engine_refusals():
     base = dict(input_ids=[1, 2], input_lengths=[2], request_output_len=[5])
     with pytest.raises(InvalidParamsError, match="Input 'beam_width'=2 is not supported"):
-        trtllm_request.parse(getter(**base, beam_width=[2]), vocab_size=100)
+        trtllm_inputs.parse(getter(**base, beam_width=[2]), vocab_size=100)
     with pytest.raises(TensorError, match="input_lengths=3 does not match the 2 ids given"):
-        trtllm_request.parse(getter(**{**base, "input_lengths": [3]}), vocab_size=100)
+        trtllm_inputs.parse(getter(**{**base, "input_lengths": [3]}), vocab_size=100)
     with pytest.raises(TensorError, match=r"input_ids must be in \[0, 100\)"):
-        trtllm_request.parse(getter(**{**base, "input_ids": [1, 100]}), vocab_size=100)
+        trtllm_inputs.parse(getter(**{**base, "input_ids": [1, 100]}), vocab_size=100)
     with pytest.raises(InvalidParamsError, match="request_output_len must be at least 1"):
-        trtllm_request.parse(getter(**{**base, "request_output_len": [0]}), vocab_size=100)
+        trtllm_inputs.parse(getter(**{**base, "request_output_len": [0]}), vocab_size=100)

@@ -54,13 +54,14 @@ def ensembles(repo):
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def rendered(request, tmp_path_factory):
-    from serving import launch
+    from launcher import cli as launch
+    from launcher import repository
 
     family, settings = VARIANTS[request.param]
     s = replace(
         launch.Settings(), build_dir=str(tmp_path_factory.mktemp("chain")), mm_instance_kind="KIND_CPU", **settings
     )
-    return launch.render_repository(s, family)
+    return repository.render_repository(s, family)
 
 
 def test_every_ensemble_is_a_chain(rendered):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from client import RendererClient, RequestError
-from serving.watchdog import stubs_of
+from launcher.watchdog import stubs_of
 
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
@@ -34,7 +34,7 @@ def stub_regions(server_pid: int) -> set[str]:
 
 @pytest.fixture(scope="module")
 def fault_server(server_settings, tmp_path_factory):
-    from serving import launch
+    from launcher import cli as launch
 
     s = replace(
         server_settings,

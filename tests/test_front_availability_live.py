@@ -31,7 +31,7 @@ def server(model_dir):
     from dataclasses import replace
 
     from benchmarks.mixed_traffic import settings
-    from serving import launch
+    from launcher import cli as launch
     from tests.conftest import BUILD
 
     s = replace(settings(BUILD / "test-front-availability", PORT), models="completion,chat")
@@ -88,7 +88,7 @@ def test_a_client_that_goes_away_frees_the_engine(server, stream):
 
 
 def test_503_while_triton_is_away_then_served_within_2_s(server):
-    from serving import launch
+    from launcher import cli as launch
 
     port = server.openai_port
     assert request(port, "POST", "/v1/completions", SMALL)[0] == 200

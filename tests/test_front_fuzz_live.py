@@ -136,8 +136,8 @@ def hold_slow_headers(port: int, stop: threading.Event) -> None:
 
 
 def test_front_answers_client_input_with_4xx_only(server):
-    from serving import launch
-    from serving.watchdog import stubs_of
+    from launcher import cli as launch
+    from launcher.watchdog import stubs_of
 
     port = server.openai_port
     pid = launch.running_pid(server)

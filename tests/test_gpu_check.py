@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_check
-from serving import vlm_model
+from model_builders import vlm_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     build(ROOT / "build" / "models" / "tokenizers")
     full = tmp_path_factory.mktemp("full")

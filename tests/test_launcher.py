@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from serving import launch
-from serving.supervisor import Backoff, Supervisor, clean_regions, describe_exit
+from launcher import cli as launch
+from launcher import repository, server
+from launcher.processes import clean_regions
+from launcher.supervisor import Backoff, Supervisor, describe_exit
 
 
 def test_every_placeholder_is_filled(tmp_path, model_dir):
@@ -28,7 +30,7 @@ def test_every_placeholder_is_filled(tmp_path, model_dir):
         max_batch_size=17,
         max_queue_delay_us=123,
     )
-    repo = launch.render_repository(s)
+    repo = repository.render_repository(s)
     configs = {p.parent.name: p.read_text() for p in repo.glob("*/config.pbtxt")}
     assert {
         "tokenize",
@@ -56,9 +58,9 @@ def test_a_misspelt_placeholder_fails_loudly(tmp_path, monkeypatch):
     templates = tmp_path / "templates"
     (templates / "m" / "1").mkdir(parents=True)
     (templates / "m" / "config.pbtxt").write_text('name: "m"\nmax_batch_size: ${max_batch_sise}\n')
-    monkeypatch.setattr(launch, "TEMPLATES", templates)
+    monkeypatch.setattr(repository, "TEMPLATES", templates)
     with pytest.raises(KeyError, match="max_batch_sise"):
-        launch.render_repository(replace(launch.Settings(), build_dir=str(tmp_path / "b")))
+        repository.render_repository(replace(launch.Settings(), build_dir=str(tmp_path / "b")))
 
 
 def test_settings_from_environment(monkeypatch):
@@ -104,13 +106,13 @@ def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
 def test_family_variants_are_picked(tmp_path, model_dir, family, grid):
     """A vision-language model gets mm_process and the family's ensembles; a text model does not."""
     s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir))
-    mm_repo = launch.render_repository(s, family)
+    mm_repo = repository.render_repository(s, family)
     assert (mm_repo / "mm_process" / "config.pbtxt").exists()
     assert grid in (mm_repo / "render_chat" / "config.pbtxt").read_text()
     assert 'model_name: "mm_process"' in (mm_repo / "chat" / "config.pbtxt").read_text()
     assert "mm_items" in (mm_repo / "chat_render" / "config.pbtxt").read_text()
     assert not list(mm_repo.glob("*/config.*.pbtxt")), "variant files must not reach the served repository"
-    text_repo = launch.render_repository(s, None)
+    text_repo = repository.render_repository(s, None)
     assert not (text_repo / "mm_process").exists()
     assert "mm_process" not in (text_repo / "render_chat" / "config.pbtxt").read_text()
 
@@ -118,7 +120,7 @@ def test_family_variants_are_picked(tmp_path, model_dir, family, grid):
 def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkeypatch, model_dir):
     """MODELS_DIR outside build/: the tokenizers the tiny model is built on are the ones the
     launcher built (MODELS_DIR/tokenizers), passed explicitly; nothing lands beside MODELS_DIR."""
-    from serving import reference_tokenizers, vlm_model
+    from model_builders import reference_tokenizers, vlm_model
 
     cached = reference_tokenizers.build(launch.ROOT / "build" / "models" / "tokenizers")  # built once, offline after
     models = tmp_path / "elsewhere" / "models"
@@ -148,7 +150,7 @@ def test_shm_prefix_names_one_build_folder(tmp_path):
     assert a.shm_prefix != b.shm_prefix
     # Still under the backend's default prefix: every glob for its regions keeps matching.
     assert a.shm_prefix.startswith("triton_python_backend_shm_region_")
-    assert f"--backend-config=python,shm-region-prefix-name={a.shm_prefix}" in launch.server_command(a, "token")
+    assert f"--backend-config=python,shm-region-prefix-name={a.shm_prefix}" in server.server_command(a, "token")
 
 
 def test_settings_round_trip_through_json(tmp_path):
@@ -230,7 +232,7 @@ def _until(predicate, timeout_s: float = 30.0) -> None:
 def test_supervisor_restarts_a_killed_server_and_stops_for_good(tmp_path, monkeypatch):
     shm = tmp_path / "shm"
     shm.mkdir()
-    monkeypatch.setattr("serving.supervisor.SHM_DIR", shm)
+    monkeypatch.setattr("launcher.processes.SHM_DIR", shm)
     sup, s = _fake_supervisor(tmp_path, shm)
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(sup.run()))
@@ -258,7 +260,7 @@ def test_supervisor_restarts_a_killed_server_and_stops_for_good(tmp_path, monkey
 
 def test_supervisor_gives_up_on_a_server_that_fails_to_start(tmp_path, monkeypatch):
     """An exit code before the first readiness is a bad setting or model: restarting repeats it."""
-    monkeypatch.setattr("serving.supervisor.SHM_DIR", tmp_path)
+    monkeypatch.setattr("launcher.processes.SHM_DIR", tmp_path)
     sup, s = _fake_supervisor(tmp_path, tmp_path, exit_code=3)
     assert sup.run() == 3
     assert launch.supervisor_state(s).restarts == 0
@@ -266,7 +268,7 @@ def test_supervisor_gives_up_on_a_server_that_fails_to_start(tmp_path, monkeypat
 
 def test_supervisor_restarts_a_server_that_crashes_while_loading(tmp_path, monkeypatch):
     """A signal before the first readiness is a crash (a SIGSEGV, an OOM kill): restarted."""
-    monkeypatch.setattr("serving.supervisor.SHM_DIR", tmp_path)
+    monkeypatch.setattr("launcher.processes.SHM_DIR", tmp_path)
     sup, s = _fake_supervisor(tmp_path, tmp_path, exit_code=-signal.SIGSEGV)
     runner = threading.Thread(target=sup.run)
     runner.start()

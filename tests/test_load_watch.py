@@ -1,15 +1,15 @@
 """The supervisor's load watch, with no server: which model counts as dead while loading
-(serving/load_watch.py). Stubs and the log are stand-ins; the live test kills a real stub."""
+(launcher/load_watch.py). Stubs and the log are stand-ins; the live test kills a real stub."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from launcher import load_watch
 
-from serving import load_watch
-from serving.load_watch import LoadWatch
-from serving.watchdog import Stub
+from launcher.load_watch import LoadWatch
+from launcher.watchdog import Stub
 
 LOG = [
     'I1201 "loading: chat_render:1"',

@@ -22,9 +22,9 @@ PORT = int(os.environ.get("TEST_LOAD_WATCH_PORT", 18300))
 
 def test_a_stub_dead_while_loading_fails_the_start_at_once(model_dir, capsys):
     from benchmarks.mixed_traffic import settings
-    from serving import launch
-    from serving.supervisor import group_members
-    from serving.watchdog import stubs_of
+    from launcher import cli as launch
+    from launcher.processes import group_members
+    from launcher.watchdog import stubs_of
     from tests.conftest import BUILD
 
     s = replace(settings(BUILD / "test-load-watch", PORT), models="render_chat", openai_port=0)

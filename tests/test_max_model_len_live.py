@@ -48,7 +48,7 @@ def image_chat(url: str, text: str = "What is it?") -> list[dict]:
 
 @pytest.fixture(scope="module")
 def small_server(server_settings, tmp_path_factory):
-    from serving import launch
+    from launcher import cli as launch
 
     port = int(os.environ.get("TEST_MAX_MODEL_LEN_PORT", 18700))
     build = os.environ.get("TEST_MAX_MODEL_LEN_BUILD_DIR") or str(tmp_path_factory.mktemp("max-model-len"))

@@ -28,8 +28,8 @@ def server(model_dir):
     """Its own server with the deployment's settings: the session server's batching delay (5 ms,
     for the batch tests) holds every stage's answer back, which hid the crash."""
     from benchmarks.mixed_traffic import settings
+    from launcher import cli as launch
     from tests.conftest import BUILD
-    from serving import launch
 
     s = settings(BUILD / "test-mixed-traffic", PORT)
     if launch.start(s) != 0:
@@ -40,7 +40,7 @@ def server(model_dir):
 
 def test_mixed_valid_and_invalid_requests_leave_the_server_up(server):
     from benchmarks.mixed_traffic import Sender, check_server, drive
-    from serving import launch
+    from launcher import cli as launch
 
     sender = Sender(server.host, server.http_port, server.grpc_port, server.openai_port)
     pid = launch.running_pid(server)

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from model_builders import vlm_model
 from renderer.chat.messages import MultiModalItem
 from renderer.errors import (
     ImageAspectRatioError,
@@ -47,11 +48,10 @@ from renderer.multimodal import (
     ProcessorCache,
     detect_family,
     items_from_mm_data,
+    kernels,
     load_image,
     validate_mm_uuids,
 )
-from renderer.multimodal import kernels
-from serving import vlm_model
 from tests.mm_images import (
     DEVICE_PARITY_ATOL,
     IMAGES,
@@ -74,7 +74,7 @@ IMG, IMG_BREAK, IMG_END = 10, 12, 13
 @pytest.fixture(scope="session", autouse=True)
 def offline_tokenizers():
     """The real Qwen3 and tekken tokenizers, built offline from registry packages (cached)."""
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     build(ROOT / "build" / "models" / "tokenizers")
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from model_builders import vlm_model
 from renderer.chat.messages import MultiModalItem
 from renderer.multimodal import MultiModalProcessor
 from renderer.multimodal.families import OPENAI_CLIP_STD
-from serving import vlm_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "images.npz"
@@ -64,7 +64,7 @@ def reference_pixels(case: dict) -> np.ndarray:
 
 @pytest.fixture(scope="session", autouse=True)
 def offline_tokenizers() -> None:
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     build(ROOT / "build" / "models" / "tokenizers")
 
@@ -157,7 +157,7 @@ def qwen_server(server, model_dirs: dict[str, Path], tmp_path_factory: pytest.Te
     trusting per-request ``mm_processor_kwargs`` (one case sets ``max_pixels``)."""
     from chat_servers import start_chat_server
 
-    from serving import launch
+    from launcher import cli as launch
 
     s = start_chat_server(
         server,

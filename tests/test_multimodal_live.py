@@ -44,8 +44,8 @@ def image_msg(*urls: str, text: str = "Describe the image.", uuids=None):
 @pytest.fixture(scope="module", params=["qwen2_vl", "pixtral"])
 def mm(request, server_settings, tmp_path_factory):
     """(family, settings, in-process processor) for a server on the family's tiny model."""
+    from launcher import cli as launch
     from renderer.multimodal.processor import MultiModalProcessor
-    from serving import launch
 
     family = request.param
     port = PORTS[family]

@@ -10,9 +10,9 @@ import grpc
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from serving.openai_front.requests import FrontError, ModelCard, completion_tensors, generation_plan
-from serving.openai_front.responses import error_body
-from serving.openai_front.triton import _error
+from openai_front.requests import FrontError, ModelCard, completion_tensors, generation_plan
+from openai_front.responses import error_body
+from openai_front.triton import _error
 
 CARD = ModelCard(name="m", max_model_len=2048, sampling_defaults={"top_k": 20, "temperature": 0.6})
 
@@ -123,7 +123,7 @@ def test_error_body_is_openais():
     assert error_body("x", 400, "n") == {"error": {"message": "x", "type": "Bad Request", "param": "n", "code": 400}}
 
 
-# --- the request body (serving/openai_front/body.py) ---------------------------------------------
+# --- the request body (openai_front/body.py) ---------------------------------------------
 
 
 async def _chunks(*parts: bytes):
@@ -134,7 +134,7 @@ async def _chunks(*parts: bytes):
 def _read(raw: bytes, declared: str | None = None, limit: int = 1000) -> dict:
     import asyncio
 
-    from serving.openai_front.body import read_body
+    from openai_front.body import read_body
 
     return asyncio.run(read_body(_chunks(raw[:7], raw[7:]), declared, limit))
 
@@ -155,7 +155,7 @@ def _read(raw: bytes, declared: str | None = None, limit: int = 1000) -> dict:
     ],
 )
 def test_body_refusals_are_named_400s(raw, error, message):
-    from serving.openai_front import body
+    from openai_front import body
 
     with pytest.raises(getattr(body, error)) as e:
         _read(raw, limit=10**6)
@@ -163,7 +163,7 @@ def test_body_refusals_are_named_400s(raw, error, message):
 
 
 def test_body_size_limit_is_a_413_naming_both_sizes():
-    from serving.openai_front.body import BodyTooLargeError
+    from openai_front.body import BodyTooLargeError
 
     with pytest.raises(BodyTooLargeError) as e:
         _read(b"{}", declared="5000", limit=1000)  # refused on its header, before any byte is read
@@ -191,7 +191,7 @@ def test_body_valid_json_passes():
 def test_render_endpoints_check_sampling_fields(field, value, message):
     """A render request's sampling fields are checked as generation checks them (a wrong type was a
     500 from the render response's float())."""
-    from serving.openai_front.requests import render_plan
+    from openai_front.requests import render_plan
 
     with pytest.raises(FrontError) as e:
         render_plan({"prompt": "hi", field: value}, CARD, chat=False)

@@ -154,7 +154,7 @@ def test_detokenization_on_embeds_is_refused(client, prompt_rows):
 @pytest.fixture(scope="module")
 def embeds_off_server(server_settings, tmp_path_factory):
     """A second, render-only server with the flag off (vLLM's default)."""
-    from serving import launch
+    from launcher import cli as launch
 
     s = replace(
         server_settings,

@@ -9,16 +9,16 @@ import shutil
 from dataclasses import replace
 
 import pytest
-
 from chat_cases import CASES
 from chat_servers import port, render_only_model_dir, start_chat_server
 from chat_servers import tokenizer_dirs as chat_tokenizer_dirs
+from test_chat_unit import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED, _hf_apply
+
 from client import RendererClient, RequestError
 from renderer.chat import (
     ChatParams,
     ChatRenderer,
 )
-from test_chat_unit import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED, _hf_apply
 
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
@@ -36,7 +36,7 @@ def chat_server(request, server, tokenizer_dirs, tmp_path_factory):
     if name == "smollm2":
         yield name, server
         return
-    from serving import launch
+    from launcher import cli as launch
 
     tmp = tmp_path_factory.mktemp(f"chat-{name}")
     s = start_chat_server(server, name, render_only_model_dir(tokenizer_dirs[name], tmp / "model"), tmp)
@@ -159,7 +159,7 @@ def test_images_refused_on_a_text_only_model(client):
 
 def test_no_template_error(tmp_path, server, model_dir):
     """A model folder without a chat template gets vLLM's message, as a 400."""
-    from serving import launch
+    from launcher import cli as launch
 
     d = tmp_path / "model"
     shutil.copytree(model_dir, d, ignore=shutil.ignore_patterns("*.safetensors", "chat_template.jinja"))

@@ -1,4 +1,4 @@
-"""An engine's responses leave through a per-request outbox (serving/response_outbox.py), so a
+"""An engine's responses leave through a per-request outbox (triton_io/outbox.py), so a
 caller that stops taking them (its stub died: Triton 2.51 then blocks the engine's ``send`` for
 good) holds up that request only. Unit tests, no server: the outbox alone, then the stand-in
 engine's adapter in process (tests/fake_triton.py) with one such caller before a normal one. The
@@ -12,12 +12,12 @@ import threading
 import time
 from typing import Any
 
+import fake_triton
 import numpy as np
 import pytest
 
-import fake_triton
-from serving import response_outbox
-from serving.response_outbox import ResponseOutbox
+from triton_io import outbox
+from triton_io.outbox import ResponseOutbox
 
 FINAL = 1
 STALL_S = 0.3
@@ -85,7 +85,7 @@ def test_a_send_that_fails_counts_as_stalled():
 
 
 def test_the_default_stall_is_read_when_the_outbox_is_made(monkeypatch):
-    monkeypatch.setattr(response_outbox, "DEFAULT_STALL_S", 0.05)
+    monkeypatch.setattr(outbox, "DEFAULT_STALL_S", 0.05)
     sender = NeverReturns()
     box = ResponseOutbox(sender, "t", FINAL)
     box.send("r")
@@ -119,7 +119,7 @@ def engine_request(ids: list[int], max_tokens: int) -> fake_triton.Request:
 
 
 def test_a_caller_that_stopped_taking_responses_holds_up_only_its_own_request(llm, monkeypatch):
-    monkeypatch.setattr(response_outbox, "DEFAULT_STALL_S", STALL_S)
+    monkeypatch.setattr(outbox, "DEFAULT_STALL_S", STALL_S)
     dead = engine_request([1, 2, 3], max_tokens=200)
     blocked = NeverReturns()
     dead.sender = blocked  # type: ignore[assignment]

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from client import RendererClient, RequestError
+from launcher.watchdog import alive, expected_stubs, stubs_of
 from renderer.request_json import MAX_NESTING_DEPTH
-from serving.response_outbox import DEFAULT_STALL_S
-from serving.watchdog import alive, expected_stubs, stubs_of
+from triton_io.outbox import DEFAULT_STALL_S
 
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
@@ -53,7 +53,7 @@ def deep_cases(levels: int) -> dict[str, tuple[str, str | None]]:
 
 @pytest.fixture(scope="module")
 def default_server(server_settings):
-    from serving import launch
+    from launcher import cli as launch
 
     s = replace(
         server_settings,
@@ -164,7 +164,7 @@ def watchdog_token(s) -> str:
     marker = f"--server-pid\0{server_pid(s)}\0".encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if b"serving.watchdog" in cmdline.read_bytes() and marker in cmdline.read_bytes():
+            if b"launcher.watchdog" in cmdline.read_bytes() and marker in cmdline.read_bytes():
                 environ = (cmdline.parent / "environ").read_bytes().split(b"\0")
                 return next(v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"WATCHDOG_TOKEN="))
         except OSError:
@@ -189,7 +189,7 @@ def test_watchdog_expects_the_stubs_the_server_runs(default_server):
 @pytest.fixture()
 def chat_server(server_settings):
     """A generation server (the ``chat`` ensemble: detokenize drives the engine), one per test."""
-    from serving import launch
+    from launcher import cli as launch
 
     s = replace(
         server_settings,
@@ -217,7 +217,7 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     "unavailable" within that timeout (never a hang, a raw socket error or a client error), over
     HTTP and gRPC (whose client used to wait for the dead stream forever when it stopped it).
     Once the watchdog has reloaded ``detokenize``, generation works again with the same ids: the
-    engine's sends to the dead stub block only that request's outbox (serving/response_outbox.py),
+    engine's sends to the dead stub block only that request's outbox (triton_io/outbox.py),
     where they used to block the engine for good."""
     s = chat_server
     [victim] = stub_pids(s, "detokenize")

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from client import RendererClient
-from serving import launch
-from serving.supervisor import group_members
-from serving.watchdog import alive, stubs_of
+from launcher import cli as launch
+from launcher.processes import group_members
+from launcher.watchdog import alive, stubs_of
 
 pytestmark = pytest.mark.live
 

@@ -23,11 +23,11 @@ from typing import Iterator
 
 import pytest
 
+from launcher.watchdog import alive
 from renderer.chat import ChatParams, ChatRenderer, ChatTemplateSource, TemplateLimits
 from renderer.chat import apply as apply_module
 from renderer.chat import content_format as content_format_module
 from renderer.chat.template_worker import RequestTemplateLimits, TemplateWorker
-from serving.watchdog import alive
 from renderer.errors import (
     ChatTemplateRenderError,
     ChatTemplateResourceError,

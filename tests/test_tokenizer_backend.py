@@ -26,7 +26,7 @@ NAMES = ("smollm2", "qwen3", "mistral")
 
 @pytest.fixture(scope="module")
 def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from serving.reference_tokenizers import build
+    from model_builders.reference_tokenizers import build
 
     return {"smollm2": model_dir, **build(ROOT / "build" / "models" / "tokenizers")}
 

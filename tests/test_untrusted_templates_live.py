@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_template_worker import COMPILE_MAX_BYTES, CPU_ATTACKS, NESTED_TUPLE, SLOW_COMPILE
 
 from client import RendererClient, RequestError
-from serving.watchdog import alive, stubs_of
-from test_template_worker import COMPILE_MAX_BYTES, CPU_ATTACKS, NESTED_TUPLE, SLOW_COMPILE
+from launcher.watchdog import alive, stubs_of
 
 pytestmark = pytest.mark.live
 
@@ -109,7 +109,7 @@ def rss_mb(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def untrusted_server(server_settings, tmp_path_factory):
-    from serving import launch
+    from launcher import cli as launch
 
     s = replace(
         server_settings,
@@ -215,7 +215,7 @@ def test_attacks_are_named_400s_and_normal_requests_are_served(untrusted_server,
 
 
 def test_no_worker_outlives_the_server(untrusted_server):
-    from serving import launch
+    from launcher import cli as launch
 
     server_pid = int(Path(untrusted_server.pid_file).read_text())
     stubs = chat_render_stubs(server_pid)

@@ -118,7 +118,7 @@ def requests_and_answers(model_dir, hf_tokenizer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_server(server_settings, tmp_path_factory):
-    from serving import launch
+    from launcher import cli as launch
 
     port = int(os.environ.get("TEST_VLLM_PORT", 18500))
     s = replace(

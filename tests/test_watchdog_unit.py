@@ -4,7 +4,7 @@ tests/test_stub_crash_cleanup_live.py."""
 
 from __future__ import annotations
 
-from serving.watchdog import Stub, short_of_stubs, stub_count
+from launcher.watchdog import Stub, short_of_stubs, stub_count
 
 
 def test_stub_count_by_backend_and_instance_group():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent.parent
 STAGES = ("tokenize", "chat_render")
 """The stages that have a stand-in here."""

@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..model_info import config_number
 from .. import errors
 from ..errors import (
     ChatTemplateLimitError,
@@ -58,6 +57,7 @@ from ..errors import (
     RenderError,
     RequestNestingError,
 )
+from ..model_info import config_number
 from ..template_defaults import DEFAULT_MAX_BYTES, DEFAULT_MEMORY_MB, DEFAULT_RECYCLE_RSS_MB, DEFAULT_TIMEOUT_S
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import detect_content_format

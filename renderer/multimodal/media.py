@@ -41,13 +41,6 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from ..model_info import config_number
-from ..media_defaults import (
-    DEFAULT_FETCH_TIMEOUT_S,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ITEMS_PER_PROMPT,
-    DEFAULT_MAX_PIXELS,
-)
 from ..errors import (
     ImageDecodeError,
     ImageFormatError,
@@ -58,6 +51,13 @@ from ..errors import (
     MultiModalLimitError,
     MultiModalProcessorKwargsError,
 )
+from ..media_defaults import (
+    DEFAULT_FETCH_TIMEOUT_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ITEMS_PER_PROMPT,
+    DEFAULT_MAX_PIXELS,
+)
+from ..model_info import config_number
 
 if TYPE_CHECKING:
     from PIL import Image

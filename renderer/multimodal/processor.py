@@ -31,13 +31,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..chat.messages import MultiModalItem
-from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
-from ..params import LengthLimit
 from ..errors import (
     MultiModalCacheMissError,
     MultiModalPlaceholderCountError,
     UnsupportedMultiModalError,
 )
+from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
+from ..params import LengthLimit
 from .cache import CacheStats, ProcessorCache
 from .families import ImageFamily, PixtralFamily, ProcessedImage, Qwen2VLFamily
 from .identity import bytes_key, content_hash, uuid_key, validate_mm_uuids

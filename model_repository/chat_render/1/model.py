@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 from renderer.chat.template_worker import RequestTemplateLimits
 from renderer.chat_stage import ChatStage
 from renderer.multimodal.media import MediaLimits
-from serving import triton_io as io
+from triton_io import tensors as io
 
 
 class TritonPythonModel:

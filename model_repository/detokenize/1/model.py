@@ -1,3 +1,273 @@
-"""Triton model ``detokenize``: post-processing that drives the engine (serving/detokenize_adapter.py)."""
+"""The Triton adapter behind ``detokenize`` (and ``detokenize_enc_dec``): post-processing that
+drives the engine, the pattern of TensorRT-LLM's own ``tensorrt_llm_bls``.
 
-from serving.detokenize_adapter import TritonPythonModel  # noqa: F401
+Its inputs are the engine's (TensorRT-LLM names, built upstream by ``tokenize`` and
+``generation_params`` / ``ensemble_params``) plus vLLM's output rules. Per request it
+
+1. builds the engine request: the inputs as they came, the prompt as ids or as TensorRT-LLM's
+   prompt table (``input_embeds`` rows behind fake ids), always ``streaming`` so ids arrive as
+   they are generated;
+2. sends it to the engine model with BLS (``engine_model``: ``llm`` by default, any model that
+   has the ``tensorrt_llm`` interface) and reads the deltas;
+3. turns them into text with ``renderer.detokenizer`` (vLLM's incremental rules), and answers
+   the client: one response per engine delta when the client streams (the last flagged final),
+   else one response with everything;
+4. once the text says the request is over (a stop string the engine could not see, or the
+   client went away), cancels the engine request TensorRT-LLM's way (a request with ``stop`` =
+   true and the same request id) and drains what is still in flight.
+
+It takes TensorRT-LLM's cancellation itself too: a request to this model with ``stop`` = true ends
+the running request with the same request id. Triton 2.51 cancels an ensemble request only
+between its steps, never inside the step that is running (this one, for all of a generation), so
+a client that goes away cancels this way (the HTTP front does; the ensemble passes the client's
+request id down to this step).
+
+Each request runs on its own thread (the engine's response iterator blocks), so one instance
+serves many at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from renderer.detokenizer import IncrementalDetokenizer
+from renderer.engine_request import ENGINE_IMAGE_INPUTS, FORWARDED, prompt_table_tensors
+from renderer.errors import RenderError
+from renderer.model_info import ModelInfo
+from renderer.tokenizer import Tokenizer
+from triton_io import tensors as io
+from triton_io.deferred_release import DeferredRelease
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
+
+
+class EngineError(RenderError):
+    """The engine refused the request (its own message, a client error)."""
+
+
+class EngineFaultError(RuntimeError):
+    """The engine failed the request (an internal error)."""
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        params = io.model_params(args)
+        self.name = json.loads(args["model_config"])["name"]
+        self.engine = params["engine_model"]
+        self.encoder_decoder = io.flag(params, "encoder_decoder")
+        self.tokenizer = Tokenizer.from_pretrained(params["model_dir"])
+        self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
+        self._running: dict[str, threading.Event] = {}  # request id -> set to cancel it
+        self._lock = threading.Lock()
+        # Every BLS call's Python objects outlive the stub's own references to them, so none is
+        # freed without the GIL (triton_io/deferred_release.py).
+        self._finished = DeferredRelease(f"{self.name}-release")
+
+    def finalize(self) -> None:
+        self._finished.close()
+        io.release_before_teardown()
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            if io.get_scalar(request, "stop", bool):
+                with self._lock:
+                    event = self._running.get(request.request_id())
+                if event is not None:
+                    event.set()
+                request.get_response_sender().send(flags=FINAL)  # as TensorRT-LLM answers a stop
+                continue
+            threading.Thread(target=self._serve, args=(request,), name=f"{self.name}-request", daemon=True).start()
+        return None
+
+    def _serve(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        rid = request.request_id()
+        cancel = threading.Event()
+        if rid:
+            with self._lock:
+                self._running[rid] = cancel
+        held: list[Any] = [request]  # the BLS calls' objects, added as they are made
+        drained = False  # whether every BLS call of the request ran to its end
+        try:
+            final = self._generate(request, sender, cancel, held)
+            drained = True
+        except (EngineError, EngineFaultError) as e:  # raised once the engine's responses are drained
+            final = io.error_response(e, self.name)
+            drained = True
+        except Exception as e:  # noqa: BLE001 - the error goes to this request only
+            final = io.error_response(e, self.name)
+        finally:
+            with self._lock:
+                if self._running.get(rid) is cancel:
+                    del self._running[rid]
+        # Before the final response, while the request can still be asked (triton_io/deferred_release.py).
+        settled = drained and stub_let_go(request)
+        sender.send(final, flags=FINAL)
+        if not settled:
+            self._finished.keep(*held)
+        # else the last references go with `held`, here, on a thread that holds the GIL
+
+    def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
+        """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
+        tensors = [
+            t
+            for n in FORWARDED + tuple(ENGINE_IMAGE_INPUTS)
+            if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None
+        ]
+        embeds = io.get(request, "input_embeds")
+        prompt_ids: list[int] | None
+        if embeds is not None and embeds.size:
+            tensors += io.output_tensors(prompt_table_tensors(embeds, self.vocab_size))
+            prompt_ids = None
+        else:
+            tensors += [
+                pb_utils.get_input_tensor_by_name(request, "input_ids"),
+                pb_utils.get_input_tensor_by_name(request, "input_lengths"),
+            ]
+            prompt_ids = io.get_ids(request, "input_ids")
+        tensors += io.output_tensors({"streaming": np.array([True]), "exclude_input_in_output": np.array([True])})
+        if self.encoder_decoder:
+            prompt_ids = io.get_ids(request, "decoder_input_ids")
+        return tensors, prompt_ids
+
+    def _generate(self, request: Any, sender: Any, cancel: threading.Event, held: list[Any]) -> Any:
+        """Runs the engine request, streams the text pieces when the client streams; returns the
+        final response, for the caller to send once the stub has let go of the BLS calls."""
+        tensors, prompt_ids = self._engine_inputs(request)
+        held.append(tensors)
+        stream = bool(io.get_scalar(request, "streaming", bool))
+        detok = IncrementalDetokenizer(
+            self.tokenizer,
+            prompt_ids,
+            stop=io.get_strings(request, "stop_strings"),
+            stop_token_ids=io.get_ids(request, "stop_token_ids") or [],
+            include_stop_str_in_output=bool(io.get_scalar(request, "include_stop_str_in_output", bool)),
+            skip_special_tokens=_flag(request, "skip_special_tokens", True),
+            min_tokens=io.get_scalar(request, "min_tokens") or 0,
+            max_tokens=io.get_scalar(request, "request_output_len"),
+        )
+        request_id = uuid.uuid4().hex
+        engine_request = pb_utils.InferenceRequest(
+            model_name=self.engine,
+            inputs=tensors,
+            requested_output_names=ENGINE_OUTPUTS,
+            request_id=request_id,
+        )
+        n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
+        done = cancelled = False
+        final = None  # a streamed request's last piece, held back until the engine is drained
+        responses = engine_request.exec(decoupled=True)
+        held += (engine_request, responses)
+        for response in responses:
+            if done:
+                continue  # draining a request ended here
+            if response.has_error():
+                error = _engine_error(response.error(), self.engine)
+                for _ in responses:
+                    pass  # to the end, so that the stub cleans the call up
+                raise error
+            new_ids = _delta(response)
+            if new_ids is None:
+                continue  # the engine's empty final response
+            progress = detok.push(new_ids)
+            done = progress.finish_reason is not None
+            if stream:
+                piece = _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt)
+                if done:
+                    final = piece
+                else:
+                    sender.send(piece)
+            if not done and (cancel.is_set() or request.is_cancelled()):
+                done = cancelled = True
+            if done and not _ended_by_engine(progress):
+                self._cancel(request_id, tensors, held)
+        if final is not None:
+            return final
+        detok.end("abort" if cancelled else "length")  # no-op when the text already ended it
+        text = detok.next_text() if stream else detok.text
+        ids = [] if stream else detok.output_ids
+        if not stream and not _flag(request, "exclude_input_in_output", False) and prompt_ids:
+            # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
+            text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
+            ids = prompt_ids + ids
+        return _response(text, ids, detok.finish_reason, n_prompt)
+
+    def _cancel(self, request_id: str, tensors: list[Any], held: list[Any]) -> None:
+        """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
+        required = {t.name(): t for t in tensors if t.name() in ("input_ids", "input_lengths", "request_output_len")}
+        stop = pb_utils.InferenceRequest(
+            model_name=self.engine,
+            inputs=[*required.values(), *io.output_tensors({"stop": np.array([True])})],
+            requested_output_names=ENGINE_OUTPUTS,
+            request_id=request_id,
+        )
+        responses = stop.exec(decoupled=True)
+        held += (stop, responses)
+        for _ in responses:
+            pass
+
+
+def stub_let_go(request: Any) -> bool:
+    """Wait until the stub has dropped its own references to the request's finished BLS calls;
+    whether it has. Call it before the request's final response (its answer comes from the
+    request's response factory, which the final response deletes).
+
+    ``is_cancelled`` queues its question on the stub's stub-to-parent thread behind the cleanups
+    that the calls' iterators queued as they finished, and returns once that thread has answered
+    it, so a False means those cleanups are done. A True may be the stub's cached answer, with no
+    round trip: the caller then holds the objects for a while instead (``DeferredRelease``)."""
+    try:
+        return not request.is_cancelled()
+    except Exception:  # noqa: BLE001 - no answer: assume nothing
+        return False
+
+
+def _flag(request: Any, name: str, default: bool) -> bool:
+    v = io.get_scalar(request, name, bool)
+    return default if v is None else bool(v)
+
+
+def _delta(response: Any) -> list[int] | None:
+    """The new ids of one engine response (beam 0, the first ``sequence_length`` of them)."""
+    ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+    if ids is None:
+        return None
+    arr = ids.as_numpy()
+    arr = arr.reshape(arr.shape[-2] if arr.ndim > 1 else 1, -1)[0]
+    n = pb_utils.get_output_tensor_by_name(response, "sequence_length")
+    length = int(n.as_numpy().reshape(-1)[0]) if n is not None else len(arr)
+    return arr[:length].tolist()
+
+
+def _ended_by_engine(progress: Any) -> bool:
+    """Whether the engine stops by itself at this id: its end id, a stop id or max tokens."""
+    return progress.finish_reason == "length" or isinstance(progress.stop_reason, int)
+
+
+def _engine_error(error: Any, engine: str) -> Exception:
+    code = error.code() if hasattr(error, "code") else None
+    if code == pb_utils.TritonError.INVALID_ARG:
+        return EngineError(error.message())
+    return EngineFaultError(f"engine '{engine}': {error.message()}")
+
+
+def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int) -> Any:
+    """One response: the text piece and its ids, and, for clients that report usage and finish
+    (the OpenAI front), the prompt's length and why generation ended ("" until it has)."""
+    return pb_utils.InferenceResponse(
+        output_tensors=io.output_tensors(
+            {
+                "text_output": np.array([text.encode()], dtype=np.object_),
+                "output_ids": np.asarray(ids, np.int32),
+                "finish_reason": np.array([(finish_reason or "").encode()], dtype=np.object_),
+                "input_lengths": np.array([n_prompt], np.int32),
+            }
+        )
+    )

@@ -1,3 +1,1 @@
-"""Triton model ``detokenize_enc_dec``: post-processing that drives the engine (serving/detokenize_adapter.py)."""
-
-from serving.detokenize_adapter import TritonPythonModel  # noqa: F401
+../../detokenize/1/model.py

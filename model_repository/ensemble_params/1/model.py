@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
 from renderer.trtllm_front import parse_front_request
-from serving import triton_io as io
+from triton_io import tensors as io
 
 
 class TritonPythonModel:

@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
 from renderer.generation_request import GenerationRequest
-from serving import triton_io as io
+from triton_io import tensors as io
 
 
 class TritonPythonModel:

@@ -1,11 +1,12 @@
 """Triton model ``llm`` when LLM_ENGINE=vllm (``default_model_filename`` in config.vllm.pbtxt):
-vLLM's ``AsyncLLM`` behind the ``tensorrt_llm`` interface, in serving/vllm_engine.py.
+vLLM's ``AsyncLLM`` behind the ``tensorrt_llm`` interface, in model_repository/llm/1/vllm_engine.py.
 
 The stub runs in vLLM's environment with an isolated Python (PYTHONPATH ignored), so the project
 root comes from the model config before anything of the project is imported.
 """
 
 import json
+import os
 import sys
 
 
@@ -14,7 +15,10 @@ class TritonPythonModel:
         root = json.loads(args["model_config"])["parameters"]["project_root"]["string_value"]
         if root not in sys.path:
             sys.path.insert(0, root)
-        from serving.vllm_engine import VllmEngineModel
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        from vllm_engine import VllmEngineModel
 
         self._engine = VllmEngineModel()
         self._engine.initialize(args)

@@ -1,3 +1,1 @@
-"""Triton model ``llm_enc_dec``: a thin alias of the shared generation adapter."""
-
-from serving.llm_adapter import TritonPythonModel  # noqa: F401
+../../llm/1/model.py

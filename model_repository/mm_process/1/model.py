@@ -18,7 +18,7 @@ from renderer.multimodal.media import MediaLimits
 from renderer.multimodal.processor import MultiModalProcessor
 from renderer.multimodal.tensors import image_tensors
 from renderer.params import LengthLimit
-from serving import triton_io as io
+from triton_io import tensors as io
 
 
 class TritonPythonModel:

@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 from renderer import Renderer, RendererConfig
 from renderer.prompts import completion_prompt
-from serving import triton_io as io
+from triton_io import tensors as io
 
 
 class TritonPythonModel:

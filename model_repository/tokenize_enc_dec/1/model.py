@@ -8,7 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.encoder_decoder import EncoderDecoderRenderer, encoder_decoder_prompt
-from serving import triton_io as io
+from triton_io import tensors as io
 
 
 class TritonPythonModel:

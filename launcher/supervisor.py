@@ -1,8 +1,8 @@
 """Keep tritonserver running: restart it when it dies, and leave nothing behind when it stops.
 
-``python -m serving.launch start`` runs this module in the background; ``serve`` (``make serve``,
+``python -m launcher start`` runs this module in the background; ``serve`` (``make serve``,
 the container) runs the same ``Supervisor`` in the launcher's own process. It starts tritonserver
-in a process group of its own, one watchdog per server (``serving/watchdog.py`` reloads models
+in a process group of its own, one watchdog per server (``launcher/watchdog.py`` reloads models
 whose stub died) and the HTTP front (which follows the supervisor, so it outlives a restart).
 
 When tritonserver exits without being asked to (docs/RELIABILITY.md records a SIGSEGV in the
@@ -14,13 +14,13 @@ server again after a backoff (1 s, 2 s, 4 s ... capped). Restarts are counted in
 ever ready (an exit code, not a signal) failed to start: a bad setting or a model that does not
 load, which a restart would only repeat; the supervisor gives up, so it fails fast. So does a first
 server with a model whose stub died while it loaded, which 2.51 would wait for forever
-(``serving/load_watch.py``).
+(``launcher/load_watch.py``).
 
 SIGTERM, SIGINT or SIGHUP stop it: a ready server gets SIGTERM (the Python backend then frees
 its regions) and the exit timeout; a server still loading models would act on SIGTERM only once
 loading ends, so it is killed at once. Either way the group is killed and its regions unlinked.
 
-    python -m serving.supervisor --tritonserver=BIN --settings=FILE
+    python -m launcher.supervisor --tritonserver=BIN --settings=FILE
 
 The server binary is named in the arguments so that a process listing (and the test suite's
 guard against unit tests starting servers) sees what this process runs.
@@ -42,12 +42,21 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from serving import launch
-from serving.load_watch import LoadWatch, log_tail
-from serving.watchdog import server_ready
+from launcher.server import exit_timeout_s, server_command, server_env
+from launcher.load_watch import LoadWatch, log_tail
+from launcher.processes import (
+    clean_regions,
+    end_process,
+    kill_group,
+    reap_orphans,
+    start_front,
+    start_watchdog,
+)
+from launcher.repository import python_models
+from launcher.settings import Settings
+from launcher.watchdog import server_ready
 
-log = logging.getLogger("serving.supervisor")
-SHM_DIR = Path("/dev/shm")
+log = logging.getLogger("launcher.supervisor")
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ class Backoff:
 
 @dataclass(frozen=True)
 class SupervisorState:
-    """What ``BUILD_DIR/supervisor.json`` says; ``python -m serving.launch status`` prints it."""
+    """What ``BUILD_DIR/supervisor.json`` says; ``python -m launcher status`` prints it."""
 
     supervisor_pid: int
     """The supervising process (the launcher itself under ``serve``)."""
@@ -131,82 +140,9 @@ def describe_exit(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name: state, ppid, pgrp, ..."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
-
-
-def kill_group(pgid: int, timeout_s: float = 10.0) -> bool:
-    """SIGKILL a process group and wait until none of it runs; whether it is gone."""
-    deadline = time.monotonic() + timeout_s
-    while group_members(pgid):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        reap_orphans({})
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def clean_regions(prefix: str, shm_dir: Path | None = None) -> list[str]:
-    """Unlink the /dev/shm regions whose name starts with ``prefix``; the names removed."""
-    removed = []
-    for region in (shm_dir or SHM_DIR).glob(prefix + "*"):
-        region.unlink(missing_ok=True)
-        removed.append(region.name)
-    return removed
-
-
-def reap_orphans(children: Mapping[int, subprocess.Popen]) -> None:
-    """As PID 1 (the container) the supervisor adopts the stubs of a dead server: reap them.
-
-    Our own children are left to their ``Popen`` (peeked at with WNOWAIT, then polled), so their
-    exit status is not lost. Anywhere else orphans go to the host's init, and nothing is done.
-    """
-    if os.getpid() != 1:
-        return
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return
-        if info is None:
-            return
-        if info.si_pid in children:
-            children[info.si_pid].poll()
-        else:
-            os.waitpid(info.si_pid, 0)
-
-
-def end_process(proc: subprocess.Popen | None, timeout_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout_s``."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def supervisor_state(s: Settings) -> SupervisorState | None:
+    """The restart counter and current pids that the supervisor keeps in the build folder."""
+    return SupervisorState.read(s.supervisor_state_file)
 
 
 class Supervisor:
@@ -214,7 +150,7 @@ class Supervisor:
 
     def __init__(
         self,
-        s: launch.Settings,
+        s: Settings,
         command: Sequence[str],
         env: Mapping[str, str],
         token: str,
@@ -249,7 +185,7 @@ class Supervisor:
         self._update()
         # Regions of a server of this folder killed hard earlier (with its supervisor).
         clean_regions(self.s.shm_prefix)
-        front = launch.start_front(self.s, os.getpid())
+        front = start_front(self.s, os.getpid())
         try:
             return self._loop()
         finally:
@@ -263,7 +199,7 @@ class Supervisor:
         first = True
         while not self._stop.is_set():
             server = self._spawn()
-            watchdog = launch.start_watchdog(self.s, server.pid, self.token)
+            watchdog = start_watchdog(self.s, server.pid, self.token)
             self._update(server_pid=server.pid, watchdog_pid=watchdog.pid, ready=False)
             exited = self._watch(server, watchdog)
             if exited is None:
@@ -315,7 +251,7 @@ class Supervisor:
     def _watch(self, server: subprocess.Popen, watchdog: subprocess.Popen) -> Exited | None:
         """Until the server exits (how) or a stop is requested (None)."""
         ready_at: float | None = None
-        loads = LoadWatch(server.pid, launch.python_models(self.s), self.server_log, self._log_offset)
+        loads = LoadWatch(server.pid, python_models(self.s), self.server_log, self._log_offset)
         next_look = 0.0
         while not self._stop.is_set():
             reap_orphans({server.pid: server, watchdog.pid: watchdog})
@@ -345,7 +281,7 @@ class Supervisor:
         if graceful and server.poll() is None:
             server.terminate()  # the Python backend unlinks its regions on a clean exit
             try:
-                server.wait(launch.exit_timeout_s(self.s) + 5)
+                server.wait(exit_timeout_s(self.s) + 5)
             except subprocess.TimeoutExpired:
                 log.warning("tritonserver (pid %d) did not exit on SIGTERM; killing it", server.pid)
         # Stubs of a server that died (or is still loading) stay behind unless killed, holding
@@ -370,13 +306,13 @@ def handle_stop_signals(sup: Supervisor) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tritonserver", required=True, help="the server binary")
-    ap.add_argument("--settings", required=True, type=Path, help="launch.Settings as JSON (launch.start writes it)")
+    ap.add_argument("--settings", required=True, type=Path, help="Settings as JSON (launch.start writes it)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s")
-    s = launch.Settings.from_json(a.settings.read_text())
+    s = Settings.from_json(a.settings.read_text())
     token = secrets.token_hex(16)
     sup = Supervisor(
-        s, launch.server_command(s, token, binary=a.tritonserver), launch.server_env(s), token, server_log=s.log_file
+        s, server_command(s, token, binary=a.tritonserver), server_env(s), token, server_log=s.log_file
     )
     handle_stop_signals(sup)  # before any child exists: a stop never finds one unsupervised
     return sup.run()

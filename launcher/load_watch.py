@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.watchdog import stubs_of
+from launcher.watchdog import stubs_of
 
 # Longer than a stub takes to appear after its model's load begins, and than the gap between the
 # backend's first stub and the instances' (well under a second, on busy shared cores too).

@@ -2,7 +2,7 @@
 
 Not a serving engine (one request at a time, no batching); it exists so the ensembles run end to
 end on the embedded model with no GPU, and it follows the ``tensorrt_llm`` semantics a real
-engine has (``serving/trtllm_request.py``): it stops on ``end_id`` or a stop word only (not on
+engine has (``engines/trtllm_inputs.py``): it stops on ``end_id`` or a stop word only (not on
 every EOS id of the model: the ensembles pass the others as stop words), honours ``min_tokens``,
 bad words, the penalties and ``runtime_top_k`` = 1 as greedy, and reads prompt-table rows.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from serving.trtllm_request import EngineRequest
+from engines.trtllm_inputs import EngineRequest
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from .requests import (
 )
 from .triton import Ensembles, Piece
 
-
 # Seconds a client is told to wait before it retries a 503 (Triton starting or restarting).
 RETRY_AFTER_S = 1
 

@@ -20,9 +20,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.errors import RenderError, TensorError
+from renderer.flags import parse_flag
 from renderer.prompts import decode_utf8
 from renderer.request_json import parse_json
-from serving.flags import parse_flag
 
 log = logging.getLogger("renderer.triton")
 # A stub that dies of a native crash (SIGSEGV, SIGABRT, ...) first writes every thread's Python

@@ -1,4 +1,4 @@
-"""``python -m serving.openai_front --port 9000 --triton 127.0.0.1:8001 --model-dir DIR``
+"""``python -m openai_front --port 9000 --triton 127.0.0.1:8001 --model-dir DIR``
 
 The launcher starts it beside tritonserver (``OPENAI_PORT``; 0 turns it off) and stops it with
 the server; ``--server-pid`` makes it exit when that server does.

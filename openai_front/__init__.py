@@ -1,4 +1,4 @@
-"""An OpenAI- and vLLM-compatible HTTP front over the ensembles (``python -m serving.openai_front``).
+"""An OpenAI- and vLLM-compatible HTTP front over the ensembles (``python -m openai_front``).
 
 A light process (no model, no tokenizer) that speaks OpenAI's ``/v1/chat/completions`` and
 ``/v1/completions`` (streaming or not), vLLM's render endpoints and ``/tokenize`` /

@@ -5,7 +5,7 @@ The ensembles hand over what vLLM's renderer would: prompt ids (or prompt embedd
 TensorRT-LLM's prompt table rows behind fake ids), which go to ``AsyncLLM.generate`` as vLLM 0.32's
 own engine inputs (``tokens_input`` / ``embeds_input``): vLLM never renders or tokenizes again and
 never detokenizes (``detokenize=False``; ``detokenize`` makes the text). The request is read
-with the stand-in's rules (``serving/trtllm_request.py``), so both engines answer alike:
+with the stand-in's rules (``engines/trtllm_inputs.py``), so both engines answer alike:
 
 - ``end_id`` and one-id words of ``stop_words_list`` become vLLM's ``stop_token_ids`` (with
   ``ignore_eos``: the engine stops where TensorRT-LLM would, no more, no less); longer stop words
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from engines import trtllm_inputs
 from renderer.errors import RenderError
-from serving import trtllm_request
-from serving.response_outbox import ResponseOutbox
+from triton_io.outbox import ResponseOutbox
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -125,11 +125,9 @@ class VllmEngineModel:
                     await self.engine.abort(vllm_id)
                 sender.send(flags=FINAL)  # as TensorRT-LLM answers a stop: an empty final response
                 return
-            req = trtllm_request.parse(
-                lambda n: self._get(request, n), self.vocab_size, request_id=request.request_id()
-            )
+            req = trtllm_inputs.parse(lambda n: self._get(request, n), self.vocab_size, request_id=request.request_id())
             if req.images:
-                raise trtllm_request.UnsupportedEngineInputError(
+                raise trtllm_inputs.UnsupportedEngineInputError(
                     "pixel_values", "images", "this server's vLLM engine serves text prompts (docs/ENGINES.md)"
                 )
             await self._generate(request, sender, req)
@@ -145,12 +143,12 @@ class VllmEngineModel:
             f"{self.name}: internal error: {type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL
         )
 
-    def _engine_input(self, req: trtllm_request.EngineRequest) -> Any:
+    def _engine_input(self, req: trtllm_inputs.EngineRequest) -> Any:
         if req.prompt_embeds is not None:
             return self._embeds_input(self._torch.from_numpy(np.ascontiguousarray(req.prompt_embeds)))
         return self._tokens_input(list(req.input_ids))
 
-    def _sampling(self, req: trtllm_request.EngineRequest) -> Any:
+    def _sampling(self, req: trtllm_inputs.EngineRequest) -> Any:
         one_id = [w[0] for w in req.stop_words if len(w) == 1]
         sp = self._SamplingParams(
             max_tokens=req.max_tokens,
@@ -173,7 +171,7 @@ class VllmEngineModel:
             sp._bad_words_token_ids = [list(w) for w in req.bad_words]
         return sp
 
-    async def _generate(self, request: Any, sender: ResponseOutbox, req: trtllm_request.EngineRequest) -> None:
+    async def _generate(self, request: Any, sender: ResponseOutbox, req: trtllm_inputs.EngineRequest) -> None:
         vllm_id = f"{req.request_id or 'req'}-{next(self._ids)}"
         if req.request_id:
             self._running[req.request_id] = vllm_id

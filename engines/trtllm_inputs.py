@@ -11,6 +11,7 @@ refused by name rather than ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from renderer.engine_request import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar

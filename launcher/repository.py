@@ -1,0 +1,209 @@
+"""What tritonserver loads: the model folders built (the default model, the tiny vision-language
+and encoder-decoder models) and ``model_repository/`` rendered into the build folder, every
+``${var}`` of its config templates filled from the ``Settings``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import string
+from pathlib import Path
+
+from launcher.settings import ROOT, TEMPLATES, Settings, gpu_visible
+
+
+def model_family(s: Settings) -> str | None:
+    """The image-processor family of the served model, or None for a text-only model."""
+    from renderer.multimodal.registry import detect_family
+
+    return detect_family(s.resolved_model_dir)
+
+
+def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
+    kind = s.mm_instance_kind
+    if kind == "auto":
+        kind = "KIND_GPU" if gpu_visible() else "KIND_CPU"
+    return {
+        "model_dir": str(s.resolved_model_dir),
+        "encdec_model_dir": str(s.resolved_encdec_model_dir),
+        "tokenize_instances": str(s.tokenize_instances),
+        "chat_render_instances": str(s.chat_render_instances),
+        "llm_instances": str(s.llm_instances),
+        "engine_model": engine_model_name(s),
+        "vllm_env": str(Path(s.vllm_env).resolve()),
+        "vllm_device": "cuda" if gpu_visible() else "cpu",
+        "vllm_dtype": s.vllm_dtype if s.vllm_dtype != "auto" else ("auto" if gpu_visible() else "float32"),
+        "vllm_kv_cache_gib": str(s.vllm_kv_cache_gib),
+        "project_root": str(ROOT),
+        "max_batch_size": str(s.max_batch_size),
+        "max_queue_delay_us": str(s.max_queue_delay_us),
+        "mm_instance_kind": kind,
+        "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
+        "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
+        "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
+        "trust_request_chat_template": "true" if s.trust_request_chat_template else "false",
+        "trust_request_mm_kwargs": "true" if s.trust_request_mm_kwargs else "false",
+        "request_template_timeout_s": str(s.request_template_timeout_s),
+        "request_template_memory_mb": str(s.request_template_memory_mb),
+        "request_template_max_bytes": str(s.request_template_max_bytes),
+        "max_model_len": str(s.max_model_len),
+        "tokenizer_backend": s.tokenizer_backend,
+        "mm_cache_bytes": str(s.mm_cache_bytes),
+        "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
+        "media_hosts": s.media_hosts,
+        "limit_mm_per_prompt": str(s.limit_mm_per_prompt),
+        "max_image_bytes": str(s.max_image_bytes),
+        "max_image_pixels": str(s.max_image_pixels),
+        "media_fetch_timeout_s": str(s.media_fetch_timeout_s),
+        "image_processor": s.image_processor,
+        **family_vars(family),
+    }
+
+
+def family_vars(family: str | None) -> dict[str, str]:
+    """What makes one ``config.multimodal.pbtxt`` fit each image family: the family's image
+    tensors (``renderer/multimodal/tensors.py``) as config entries and as ensemble step maps.
+    Empty for a text-only model (None)."""
+    from renderer.multimodal.tensors import ITEM_TENSOR_SPECS, engine_image_inputs, image_tensors
+
+    specs = image_tensors(family) if family else ()
+    engine = engine_image_inputs(family) if family else ()
+    # The engine's and the post-processor's extra inputs (appended to their TensorRT-LLM list).
+    engine_inputs = (
+        "".join(
+            f',\n  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] '
+            "optional: true allow_ragged_batch: true }"
+            for t in (*specs, *ITEM_TENSOR_SPECS)
+        )
+        if family
+        else ""
+    )
+    return {
+        "family": family or "",
+        "image_outputs": ",\n".join(
+            f'  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] }}' for t in specs
+        ),
+        "image_step_outputs": "\n".join(f'      output_map {{ key: "{t.name}" value: "{t.name}" }}' for t in specs),
+        "engine_image_step_outputs": "\n".join(f'      output_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
+        "engine_image_step_inputs": "\n".join(f'      input_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
+        "engine_image_inputs": engine_inputs,
+    }
+
+
+def engine_model_name(s: Settings) -> str:
+    """The model the post-processing stage sends generation requests to."""
+    return Path(s.engine_model_dir).name if s.engine_model_dir else "llm"
+
+
+def pick_config(model: Path, family: str | None) -> Path | None:
+    """A model folder's config for the served model's family.
+
+    ``config.<family>.pbtxt``, then ``config.multimodal.pbtxt`` (any image family, filled with
+    ``family_vars``), then ``config.pbtxt`` (the text-only form); a folder without
+    ``config.pbtxt`` (``mm_process``) exists only for image families.
+    """
+    names = [f"config.{family}.pbtxt", "config.multimodal.pbtxt"] if family else []
+    for name in names + ["config.pbtxt"]:
+        if (model / name).exists():
+            return model / name
+    return None
+
+
+def render_repository(s: Settings, family: str | None = None) -> Path:
+    """Copy ``model_repository/`` into the build folder with every ``${var}`` filled."""
+    values = template_vars(s, family)
+    out = s.repository
+    if out.exists():
+        shutil.rmtree(out)
+    for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir()):
+        if model.name == "llm" and s.engine_model_dir:
+            continue  # the user's engine folder takes its place (below)
+        chosen = pick_config(model, family)
+        if model.name == "llm" and s.llm_engine == "vllm":
+            chosen = model / "config.vllm.pbtxt"
+        if chosen is None:
+            continue
+        dst = out / model.name
+        shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__", "config.*.pbtxt"))
+        # Ensembles have no files in their version folder, and git keeps no empty folders.
+        (dst / "1").mkdir(exist_ok=True)
+        # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
+        (dst / "config.pbtxt").write_text(string.Template(chosen.read_text()).substitute(values))
+    if s.engine_model_dir:
+        # Linked, not copied: an engine folder may be large; Triton follows the link.
+        (out / engine_model_name(s)).symlink_to(Path(s.engine_model_dir).resolve(), target_is_directory=True)
+    return out
+
+
+# Models that a BLS call reaches, which loading an ensemble does not load by itself.
+BLS_CALLEES = {"detokenize": "engine", "detokenize_enc_dec": "llm_enc_dec"}
+
+
+GENERATION_ENSEMBLES = {
+    "completion": "detokenize",
+    "chat": "detokenize",
+    "ensemble": "detokenize",
+    "encoder_decoder_completion": "detokenize_enc_dec",
+}
+
+
+def models_to_load(s: Settings) -> list[str]:
+    """``MODELS`` plus the engine each generation ensemble reaches through BLS; all when unset."""
+    models = [m.strip() for m in s.models.split(",") if m.strip()]
+    if not models:
+        return ["*"]
+    out = list(models)
+    for m in models:
+        post = GENERATION_ENSEMBLES.get(m, m if m in BLS_CALLEES else None)
+        if post:
+            callee = BLS_CALLEES[post]
+            out.append(engine_model_name(s) if callee == "engine" else callee)
+    return list(dict.fromkeys(out))
+
+
+def python_models(s: Settings) -> frozenset[str]:
+    """The Python-backend models of the rendered repository (the ones with stubs)."""
+    return frozenset(p.parent.name for p in s.repository.glob("*/config.pbtxt") if 'backend: "python"' in p.read_text())
+
+
+def prepare(s: Settings) -> None:
+    """Build what the settings serve (unless the user's) and render the repository; a setting that
+    cannot work is a ``SystemExit`` naming it."""
+    from model_builders import default_model, seq2seq_model
+
+    default_tokenizer = Path(s.models_dir) / "smollm2-135m-instruct"
+    if not s.model_dir and s.model != "smollm2":
+        build_vlm(s)
+    elif not s.model_dir:
+        default_model.build(s.resolved_model_dir)
+    elif not (s.resolved_model_dir / "config.json").exists():
+        raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
+    if s.llm_engine not in ("standin", "vllm"):
+        raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose standin or vllm")
+    if s.engine_model_dir and not (Path(s.engine_model_dir) / "config.pbtxt").exists():
+        raise SystemExit(f"ENGINE_MODEL_DIR={s.engine_model_dir} holds no config.pbtxt (not a Triton model folder)")
+    if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "activate").exists():
+        raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
+    if s.llm_engine == "vllm" and model_family(s) is not None:
+        raise SystemExit(
+            "LLM_ENGINE=vllm serves text models here: images through vLLM's engine are not wired "
+            "(docs/ENGINES.md says why); use the stand-in for the image path"
+        )
+    if not s.encoder_decoder_model_dir:
+        # The tiny BART borrows the default model's tokenizer.
+        seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
+    render_repository(s, model_family(s))
+
+
+def build_vlm(s: Settings) -> Path:
+    """The built-in vision-language model ``s.model`` names, on the tokenizer folders built in
+    ``s.tokenizers_dir`` (only when the model itself is still to be built)."""
+    from model_builders import vlm_model
+
+    family = s.model.replace("-", "_")
+    if vlm_model.is_built(s.resolved_model_dir):
+        return s.resolved_model_dir
+    from model_builders import reference_tokenizers
+
+    tokenizers = reference_tokenizers.build(s.tokenizers_dir)
+    return vlm_model.build(s.resolved_model_dir, tokenizers[vlm_model.TOKENIZER_OF_FAMILY[family]], family=family)

@@ -1,0 +1,103 @@
+"""tritonserver's command line and environment: which binary (the ``nvidia-pytriton`` wheel's, or
+``TRITON_HOME``'s), the Python stub for this venv's Python, and every flag the deployment needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+from launcher.repository import models_to_load
+from launcher.settings import ROOT, Settings, gpu_visible
+from launcher.watchdog import TOKEN_HEADER
+
+
+def site_packages() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def triton_home() -> Path:
+    """The server install: ``bin/tritonserver`` and ``backends/``.
+
+    ``TRITON_HOME`` names one (the official image sets ``/opt/tritonserver``); unset, the
+    server shipped in the ``nvidia-pytriton`` wheel of this venv.
+    """
+    home = os.environ.get("TRITON_HOME")
+    return Path(home) if home else site_packages() / "pytriton" / "tritonserver"
+
+
+def ensure_python_stub() -> None:
+    """The wheel ships one stub per Python; the backend wants the one for ours beside it."""
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    src = triton_home() / "python_backend_stubs" / ver / "triton_python_backend_stub"
+    dst = triton_home() / "backends" / "python" / "triton_python_backend_stub"
+    if not dst.exists():
+        shutil.copy2(src, dst)
+
+
+def server_env(s: Settings | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if s is not None:
+        env["RENDERER_MAX_INPUT_BYTES"] = str(s.max_input_bytes)  # read by triton_io/tensors.py
+    venv_bin = str(Path(sys.executable).parent)
+    # The stub runs the first python3 on PATH and uses its site-packages: make it ours.
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    libs = [str(site_packages() / "nvidia_pytriton.libs"), sysconfig.get_config_var("LIBDIR")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [env.get("LD_LIBRARY_PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # One BLAS thread per stub: several stub processes share few cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def exit_timeout_s(s: Settings) -> int:
+    """tritonserver's ``--exit-timeout-secs``: vLLM's engine needs longer to shut its processes
+    down (about 13 s here)."""
+    return 40 if s.llm_engine == "vllm" else 10
+
+
+def tritonserver_binary() -> Path:
+    return triton_home() / "bin" / "tritonserver"
+
+
+def server_command(s: Settings, watchdog_token: str, binary: str | Path | None = None) -> list[str]:
+    home = triton_home()
+    cmd = [
+        str(binary or tritonserver_binary()),
+        f"--model-repository={s.repository}",
+        f"--backend-directory={home / 'backends'}",
+        f"--http-address={s.host}",
+        f"--http-port={s.http_port}",
+        f"--grpc-address={s.host}",
+        f"--grpc-port={s.grpc_port}",
+        f"--metrics-address={s.host}",
+        f"--metrics-port={s.metrics_port}",
+        f"--exit-timeout-secs={exit_timeout_s(s)}",
+        f"--log-verbose={s.log_verbose}",
+        "--backend-config=python,shm-default-byte-size=4194304",
+        f"--backend-config=python,shm-region-prefix-name={s.shm_prefix}",
+    ]
+    # Explicit mode, so the watchdog can reload a model whose stub died; only the watchdog
+    # holds the token the repository API asks for. Loading an ensemble loads its steps.
+    cmd.append("--model-control-mode=explicit")
+    cmd += [f"--load-model={m}" for m in models_to_load(s)]
+    # A loader thread per model (Triton's default is 4): none waits stubless behind the others,
+    # which the supervisor's load watch relies on (launcher/load_watch.py).
+    cmd.append(f"--model-load-thread-count={max(4, len(list(s.repository.glob('*/config.pbtxt'))))}")
+    cmd += [
+        f"--http-restricted-api=model-repository:{TOKEN_HEADER}={watchdog_token}",
+        f"--grpc-restricted-protocol=model-repository:{TOKEN_HEADER}={watchdog_token}",
+    ]
+    if not gpu_visible():
+        cmd += [
+            "--pinned-memory-pool-byte-size=0",
+            "--cuda-memory-pool-byte-size=0:0",
+            "--allow-gpu-metrics=false",
+        ]
+    return cmd

@@ -1,0 +1,241 @@
+"""Every deployment choice as one frozen ``Settings``: each field reads the environment variable of
+its upper-case name (the Makefile, the container and a Kubernetes ConfigMap set the same names),
+and the paths of the build folder derive from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from renderer import media_defaults, template_defaults
+from renderer.flags import parse_flag
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+BUILTIN_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2-vl": "tiny-qwen2_vl", "pixtral": "tiny-pixtral"}
+
+
+TEMPLATES = ROOT / "model_repository"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Deployment settings; each field reads the environment variable of its upper-case name."""
+
+    model_dir: str = ""
+    """Hugging Face model folder served. Empty: the built-in model that ``model`` names."""
+    model: str = "smollm2"
+    """Built-in model when ``model_dir`` is empty: "smollm2" (text), "qwen2-vl" or "pixtral"
+    (tiny vision-language models with seeded weights, for the image path)."""
+    mm_cache_bytes: int = 512 * 1024 * 1024
+    """Size of the multimodal processor cache, in bytes of processed tensors."""
+    media_dir: str = ""
+    """The only directory image paths in requests may point into; empty refuses local files."""
+    media_hosts: str = ""
+    """Comma-separated hosts images may be fetched from over http(s); empty refuses the network."""
+    limit_mm_per_prompt: int = media_defaults.DEFAULT_MAX_ITEMS_PER_PROMPT
+    """Most images one prompt may carry (vLLM's ``--limit-mm-per-prompt``, its default 999)."""
+    max_image_bytes: int = media_defaults.DEFAULT_MAX_BYTES
+    """Largest encoded image in bytes (a data URL's decoded bytes, a file, a download)."""
+    max_image_pixels: int = media_defaults.DEFAULT_MAX_PIXELS
+    """Largest width x height an image header may declare (vLLM's ``VLLM_MAX_IMAGE_PIXELS``)."""
+    media_fetch_timeout_s: float = media_defaults.DEFAULT_FETCH_TIMEOUT_S
+    """Timeout of one allow-listed image download (vLLM's ``VLLM_IMAGE_FETCH_TIMEOUT``)."""
+    image_processor: str = media_defaults.DEFAULT_IMAGE_PROCESSOR
+    """"fast": images resized and normalized as transformers' torchvision-based processors do, what
+    vLLM runs wherever torchvision is installed; "slow": as the PIL-based ones (``use_fast=False``)."""
+    encoder_decoder_model_dir: str = ""
+    """Encoder-decoder model for the encoder-decoder ensembles. Empty: the tiny built-in BART."""
+    build_dir: str = str(ROOT / "build")
+    """Where the generated repository, pid and log files live."""
+    models_dir: str = str(ROOT / "build" / "models")
+    """Where the built-in models are built (shared by every build folder)."""
+    host: str = "127.0.0.1"
+    """Address the HTTP, gRPC and metrics endpoints bind to."""
+    http_port: int = 8000
+    """HTTP/REST port."""
+    grpc_port: int = 8001
+    """gRPC port."""
+    metrics_port: int = 8002
+    """Prometheus metrics port."""
+    openai_port: int = 9000
+    """The OpenAI- and vLLM-compatible HTTP front (``openai_front``); 0 turns it off."""
+    served_model_name: str = ""
+    """The model id the HTTP front serves (``/v1/models``); empty: the model folder's name."""
+    tokenize_instances: int = 2
+    """CPU instances of ``tokenize``."""
+    chat_render_instances: int = 3
+    """CPU instances of ``chat_render``: one more than ``tokenize``, whose per-request work is
+    lighter; measured in ``make bench`` (docs/PERFORMANCE.md, scaling table)."""
+    llm_instances: int = 1
+    """Instances of the downstream ``llm``."""
+    llm_engine: str = "standin"
+    """The engine behind ``llm``: "standin" (transformers, CPU, embedded) or "vllm" (vLLM's own
+    ``AsyncLLM`` in the same server, from the environment ``make engine-vllm`` builds)."""
+    engine_model_dir: str = ""
+    """A Triton model folder with TensorRT-LLM's ``tensorrt_llm`` interface (a filled
+    ``tensorrt_llm`` folder of TensorRT-LLM's model repository) to use as the engine instead of
+    ``llm``; the ensembles call it by its folder name."""
+    vllm_env: str = str(ROOT / "build" / "peer-venv")
+    """The unpacked Python environment with vLLM that the ``llm`` stub runs in when ``llm_engine``
+    is "vllm" (``make engine-vllm`` builds it; the benchmark's vLLM peer uses the same one)."""
+    vllm_dtype: str = "auto"
+    """vLLM engine: model dtype. "auto" is float32 on a CPU host (vLLM's CPU bf16 path has no fast
+    kernels without AVX-512 BF16, and gives the same ids) and the model's own dtype on a GPU."""
+    vllm_kv_cache_gib: int = 1
+    """vLLM engine on CPU: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``)."""
+    max_batch_size: int = 64
+    """Largest dynamic batch of the batching stage models."""
+    max_queue_delay_us: int = 0
+    """How long the dynamic batcher waits to fill a batch."""
+    mm_instance_kind: str = "auto"
+    """``KIND_GPU`` / ``KIND_CPU`` for ``mm_process``; auto picks GPU when one is visible."""
+    enable_prompt_embeds: bool = False
+    """vLLM's ``--enable-prompt-embeds``."""
+    trust_request_chat_template: bool = False
+    """vLLM's ``--trust-request-chat-template``: off, a chat template sent with a request (or in its
+    ``chat_template_kwargs``) is refused with vLLM's message; on, it renders in the sandbox."""
+    trust_request_mm_kwargs: bool = False
+    """vLLM's ``--trust-request-mm-kwargs``: off, a request's ``mm_processor_kwargs`` or
+    ``media_io_kwargs`` is refused with vLLM's message; on, they apply to its images."""
+    request_template_timeout_s: float = template_defaults.DEFAULT_TIMEOUT_S
+    """Wall-clock deadline of one request template's analysis or render in its worker process."""
+    request_template_memory_mb: int = template_defaults.DEFAULT_MEMORY_MB
+    """Address-space cap (``RLIMIT_AS``) of the worker process that renders request templates."""
+    request_template_max_bytes: int = template_defaults.DEFAULT_MAX_BYTES
+    """Largest chat template a request may send, checked before it is parsed."""
+    max_model_len: int = 0
+    """Context length; 0 takes the model config's. It bounds ``tokenize`` (and ``mm_process``,
+    through the limit ``tokenize`` hands on) and ``tokenize_enc_dec``, capped there at the
+    encoder-decoder model's own context."""
+    tokenizer_backend: str = "auto"
+    """Engine that encodes text: "auto" (``fastokens`` where it equals Hugging Face on the
+    load-time probes, else Hugging Face), "huggingface", or "fastokens" (fails to load where it
+    cannot serve the tokenizer exactly)."""
+    max_input_bytes: int = 64 * 1024 * 1024
+    """Largest single input tensor a request may send (images included); larger is a 400."""
+    log_verbose: int = 0
+    """tritonserver ``--log-verbose``."""
+    models: str = ""
+    """Comma-separated models to load (ensembles bring their steps); empty loads them all."""
+    startup_timeout_s: float = 180.0
+    """How long ``start`` waits for readiness."""
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        values = {}
+        for f in fields(cls):
+            raw = os.environ.get(f.name.upper())
+            if raw is None or raw == "":
+                continue
+            default = f.default
+            if isinstance(default, bool):
+                values[f.name] = parse_flag(raw)
+            elif isinstance(default, int):
+                values[f.name] = int(raw)
+            elif isinstance(default, float):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Settings":
+        data = json.loads(text)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    @property
+    def build(self) -> Path:
+        return Path(self.build_dir)
+
+    @property
+    def tokenizers_dir(self) -> Path:
+        """The offline tokenizer folders the tiny vision-language models are built on: inside
+        ``models_dir``, so a ``MODELS_DIR`` anywhere holds everything built for it."""
+        return Path(self.models_dir) / "tokenizers"
+
+    @property
+    def resolved_model_dir(self) -> Path:
+        if self.model_dir:
+            return Path(self.model_dir).resolve()
+        if self.model not in BUILTIN_MODELS:
+            raise SystemExit(f"MODEL={self.model} is not a built-in model; choose one of {', '.join(BUILTIN_MODELS)}")
+        return Path(self.models_dir) / BUILTIN_MODELS[self.model]
+
+    @property
+    def resolved_encdec_model_dir(self) -> Path:
+        if self.encoder_decoder_model_dir:
+            return Path(self.encoder_decoder_model_dir).resolve()
+        return Path(self.models_dir) / "tiny-bart-seq2seq"
+
+    @property
+    def repository(self) -> Path:
+        return self.build / "model_repository"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.build / "tritonserver.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.build / "tritonserver.log"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def front_pid_file(self) -> Path:
+        return self.build / "openai_front.pid"
+
+    @property
+    def supervisor_pid_file(self) -> Path:
+        return self.build / "supervisor.pid"
+
+    @property
+    def supervisor_state_file(self) -> Path:
+        """Restart counter and current pids (``launcher.supervisor.SupervisorState``)."""
+        return self.build / "supervisor.json"
+
+    @property
+    def supervisor_log_file(self) -> Path:
+        return self.build / "supervisor.log"
+
+    @property
+    def settings_file(self) -> Path:
+        """These settings, for the background supervisor ``start`` runs."""
+        return self.build / "settings.json"
+
+    @property
+    def shm_prefix(self) -> str:
+        """Name prefix of the Python backend's /dev/shm regions of this build folder's server.
+
+        One per folder (so per server): what a dead server leaves is found by name alone. It
+        keeps the backend's default prefix in front, so ``triton_python_backend_shm_region_*``
+        still matches every region.
+        """
+        tag = hashlib.sha256(str(self.build.resolve()).encode()).hexdigest()[:12]
+        return f"triton_python_backend_shm_region_{tag}_"
+
+
+def gpu_visible() -> bool:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return (
+        shutil.which("nvidia-smi") is not None
+        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )

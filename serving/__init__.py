@@ -1,1 +1,0 @@
-"""Set-up and launch of the Triton server: default model build, repository generation, process control."""
