@@ -64,7 +64,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     from model_builders import vlm_model
     from renderer.chat.messages import MultiModalItem
     from renderer.multimodal import MultiModalProcessor
-    from tests.mm_images import data_url, encode, rgb
+    from tests.support.mm_images import data_url, encode, rgb
 
     models = ROOT / "build" / "models"
     dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}

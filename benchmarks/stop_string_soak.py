@@ -1,6 +1,6 @@
 """Soak the stop-string path of ``completion``, where ``detokenize`` once crashed (docs/RELIABILITY.md).
 
-Each iteration sends the requests of ``tests/test_completion.py``'s stop-string test: a greedy
+Each iteration sends the requests of ``tests/live/test_completion_live.py``'s stop-string test: a greedy
 completion, the same one stopped at its second word, and that one streamed, alternating HTTP and
 gRPC. It stops at the first stub crash the server log records. ``--busy N`` runs N busy loops
 beside it, the load under which the crash came most often.

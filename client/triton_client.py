@@ -66,7 +66,7 @@ _HTTP_UNAVAILABLE = {408, 429, 502, 503, 504}
 # Triton's gRPC stream handler sends only the message, never the code, for a request it refuses
 # before any model runs, triton_grpc_error or not (src/grpc/stream_infer_handler.cc, 2.51 to
 # 2.73). Those are its own request checks: the same requests get INVALID_ARGUMENT / NOT_FOUND on
-# a unary call and 400 / 404 over HTTP (tests/test_completion.py holds the two side by side). They
+# a unary call and 400 / 404 over HTTP (tests/live/test_completion_live.py holds the two side by side). They
 # are recognised by Triton's wording (the rest: stream_error_kind, below).
 _TRITON_REQUEST_CHECKS: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
     (re.compile(r"^(\[request id: [^\]]*\] )?" + pattern), kind)

@@ -311,9 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s")
     s = Settings.from_json(a.settings.read_text())
     token = secrets.token_hex(16)
-    sup = Supervisor(
-        s, server_command(s, token, binary=a.tritonserver), server_env(s), token, server_log=s.log_file
-    )
+    sup = Supervisor(s, server_command(s, token, binary=a.tritonserver), server_env(s), token, server_log=s.log_file)
     handle_stop_signals(sup)  # before any child exists: a stop never finds one unsupervised
     return sup.run()
 

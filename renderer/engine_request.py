@@ -3,7 +3,7 @@
 Every tensor the ensembles send to the engine model (``llm``, or a real ``tensorrt_llm``) or read
 back from it is named here once, with TensorRT-LLM's data type and dims (batch dimension not
 counted), so the configs, the adapters and the interface test all read one table.
-``tests/test_engine_interface.py`` checks the table against the upstream listing and every
+``tests/unit/test_engine_interface.py`` checks the table against the upstream listing and every
 ``config.pbtxt`` against the table.
 
 No Triton here: tensors are numpy arrays without the batch dimension.

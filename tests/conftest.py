@@ -8,6 +8,7 @@ TEST_HTTP_PORT etc. say otherwise) and its own build folder, so it never disturb
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
 DEFAULT_MODEL = BUILD / "models" / "smollm2-135m-instruct"
+
+# The shared helpers (tests/support/) import as top-level modules, as the test files' own folders do.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -40,6 +44,24 @@ def _is_server_command(args: object) -> bool:
     return module in _SERVER_MODULES or (
         module in ("launcher", "launcher.cli") and bool(_STARTING_LAUNCH_COMMANDS & set(argv))
     )
+
+
+class MisplacedTestError(pytest.UsageError):
+    """A test whose folder does not say what it is: ``tests/live/`` holds exactly the tests marked
+    ``live`` (they start or talk to servers), ``tests/unit/`` the rest."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before ``-m`` deselects anything: every test sits in the folder of its kind."""
+    wrong = []
+    for item in items:
+        folder = Path(str(item.path)).parent.name
+        live = item.get_closest_marker("live") is not None
+        if folder not in ("unit", "live") or live != (folder == "live"):
+            wrong.append(f"{item.nodeid} ({'marked' if live else 'not marked'} live)")
+    if wrong:
+        raise MisplacedTestError("tests outside the folder of their kind:\n" + "\n".join(wrong))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -99,11 +121,11 @@ def server_settings(model_dir):
         # the batch-isolation tests rely on.
         max_queue_delay_us=5000,
         tokenize_instances=1,
-        enable_prompt_embeds=True,  # tests/test_prompt_embeds.py runs a second server with it off
-        # The sandbox tests send their own templates; tests/test_chat_vllm_fixtures_live.py runs the
+        enable_prompt_embeds=True,  # tests/live/test_prompt_embeds_live.py runs a second server with it off
+        # The sandbox tests send their own templates; tests/live/test_chat_vllm_fixtures_live.py runs the
         # other templates' servers untrusted, vLLM's default.
         trust_request_chat_template=True,
-        max_input_bytes=6 * 1024 * 1024,  # small enough for tests/test_render_completion.py to cross it
+        max_input_bytes=6 * 1024 * 1024,  # small enough for tests/live/test_render_completion_live.py to cross it
     )
 
 
@@ -133,3 +155,24 @@ def http_client(server):
 
     with RendererClient(f"{server.host}:{server.http_port}", "http") as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def encdec_dir(server_settings):
+    """The tiny BART the session's server serves as its encoder-decoder model (built offline)."""
+    from model_builders import default_model, seq2seq_model
+
+    return seq2seq_model.build(
+        server_settings.resolved_encdec_model_dir, default_model.build(server_settings.resolved_model_dir)
+    )
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both tiny vision-language models (seeded), on the reference tokenizers built offline."""
+    from model_builders import vlm_model
+    from model_builders.reference_tokenizers import build
+
+    build(ROOT / "build" / "models" / "tokenizers")
+    base = tmp_path_factory.mktemp("vlm-fixtures")
+    return {fam: vlm_model.build(base / fam, family=fam) for fam in ("qwen2_vl", "pixtral")}

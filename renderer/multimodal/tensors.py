@@ -2,7 +2,7 @@
 
 ``mm_process`` emits them with these dtypes, the launcher writes them into the configs of every
 model and ensemble that carries them (``launcher/cli.py``: ``family_vars``), and
-``tests/test_config_contract.py`` checks what the adapters send against the rendered configs.
+``tests/unit/test_config_contract.py`` checks what the adapters send against the rendered configs.
 Layouts are described on ``MultiModalOutput``.
 """
 

@@ -1,0 +1,74 @@
+"""The benchmark's floor stand-ins answer exactly the outputs of the models they replace.
+
+``make bench`` swaps ``tokenize`` / ``chat_render`` for ``benchmarks/floor`` to measure Triton's
+own per-request cost; if a stage gains or renames an output, a stale stand-in would fail every
+floor request (or measure less work than the contract). This keeps them in step without a server.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config_outputs(model: str) -> set[str]:
+    text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
+    block = text[text.index("output [") :]
+    block = block[: block.index("]\n")]
+    return set(re.findall(r'name:\s*"([^"]+)"', block))
+
+
+def stand_in_outputs(model: str) -> set[str]:
+    tree = ast.parse((ROOT / "benchmarks" / "floor" / f"{model}.py").read_text())
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "Tensor"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+
+@pytest.mark.parametrize("model", ["tokenize", "chat_render"])
+def test_floor_stand_in_answers_every_output_of_the_real_model(model):
+    want = config_outputs(model)
+    assert want, f"no outputs parsed from model_repository/{model}/config.pbtxt"
+    assert stand_in_outputs(model) == want
+
+
+def test_floor_templates_replace_only_the_two_stages(tmp_path, monkeypatch):
+    from benchmarks import run
+
+    monkeypatch.setattr(run, "WORK", tmp_path)
+    dst = run.floor_templates()
+    for model in ("tokenize", "chat_render"):
+        assert (dst / model / "1" / "model.py").read_text() == (
+            ROOT / "benchmarks" / "floor" / f"{model}.py"
+        ).read_text()
+    assert (dst / "render_chat" / "config.pbtxt").read_text() == (
+        ROOT / "model_repository" / "render_chat" / "config.pbtxt"
+    ).read_text()
+    assert (dst / "detokenize" / "1" / "model.py").read_text() == (
+        ROOT / "model_repository" / "detokenize" / "1" / "model.py"
+    ).read_text()
+
+
+@pytest.mark.parametrize("replaced", [("chat_render",), ("tokenize",)])
+def test_floor_split_replaces_one_stage_and_keeps_the_other_real(tmp_path, replaced):
+    """``benchmarks/floor_split.py``'s half floors: one stage is its stand-in, the other the real one."""
+    from benchmarks.floor import STAGES, repository_with_stand_ins
+
+    dst = repository_with_stand_ins(tmp_path / "repo", replaced)
+    for model in STAGES:
+        source = (
+            ROOT / "benchmarks" / "floor" / f"{model}.py"
+            if model in replaced
+            else ROOT / "model_repository" / model / "1" / "model.py"
+        )
+        assert (dst / model / "1" / "model.py").read_text() == source.read_text(), model

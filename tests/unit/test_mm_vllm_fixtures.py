@@ -1,0 +1,106 @@
+"""Our image processing against what vLLM runs, recorded by ``tests/fixtures/vllm/make_images.py``.
+
+The fixture holds real photographs (scikit-image's public-domain / CC0 data: JPEG, PNG, an alpha
+ramp, grayscale, a 7:1 strip, a big downscale, a tiny upscale) as encoded bytes, and for each case
+what transformers' torchvision-based ("fast") processor, the one vLLM 0.32 gets from
+``AutoProcessor`` wherever torchvision is installed, made of the RGB image vLLM's own loader
+decoded: ``pixel_values``, the grid (Qwen2-VL) or size (Pixtral), and the expanded ids of a
+one-image prompt.
+
+Exact: grids, sizes, placeholder counts and expanded ids. Tolerance on ``pixel_values``:
+``PIXEL_ATOL`` below. Our fast path calls the same torch interpolate kernel torchvision calls and
+tabulates the fused normalize with torch's own operators, so on the recording host (torch 2.14.1,
+AVX-512) and here (torch 2.13.0) it is bit-identical (max abs diff 0.0, asserted by
+``test_fast_path_is_bit_identical_here``); torch's uint8 antialiased kernels differ between CPU
+builds (AVX2 vs AVX-512 vs ARM), so the per-element bound is one grey level after normalization
+(1/255/std: 0.0150 for the CLIP std), with at most 1% of the elements off at all.
+The alpha case follows vLLM's loader (RGBA pasted onto white with the alpha as mask).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from renderer.chat.messages import MultiModalItem
+from renderer.multimodal import MultiModalProcessor
+from vllm_images import ARRAYS, CASES, MAX_FRACTION_OFF, META, PIXEL_ATOL, PLACEHOLDER, reference_pixels
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ours(case: dict, model_dir: Path, image_processor: str = "fast"):
+    """Our processor on the case's encoded image, with the prompt the fixture's ids collapse to."""
+    fam = case["family"]
+    ph = PLACEHOLDER[fam]
+    ids = case["expanded_ids"]
+    first = ids.index(ph)
+    # The run the processor inserted: Qwen2-VL's <|image_pad|> run; Pixtral's [IMG]...[IMG_END].
+    end = first + (case["placeholder_tokens"] if fam == "qwen2_vl" else _pixtral_run_length(ids, first))
+    prompt = ids[:first] + [ph] + ids[end:]
+    data = ARRAYS["bytes/" + case["image"]].tobytes()
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    proc = MultiModalProcessor.from_model_dir(model_dir, cache_bytes=0, image_processor=image_processor)
+    return proc.process(prompt, [MultiModalItem("image", "image_url", url, None, 0, 0)], case["mm_processor_kwargs"])
+
+
+def _pixtral_run_length(ids: list[int], first: int) -> int:
+    end_id = 13  # [IMG_END] closes the run
+    return ids.index(end_id, first) - first + 1
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_matches_vllms_processor(key: str, model_dirs: dict[str, Path]) -> None:
+    case = CASES[key]
+    out = ours(case, model_dirs[case["family"]])
+    assert out.input_ids == case["expanded_ids"]
+    (rng,) = out.placeholders
+    if case["family"] == "qwen2_vl":
+        assert out.image_grid_thw.tolist() == [case["grid"]]
+        assert rng.length == case["placeholder_tokens"]
+    else:
+        assert out.image_sizes.tolist() == [case["grid"]]
+        assert (
+            out.input_ids[rng.offset : rng.offset + rng.length].count(PLACEHOLDER["pixtral"])
+            == case["placeholder_tokens"]
+        )
+    ref = reference_pixels(case)
+    got = np.asarray(out.pixel_values)
+    got = got[0] if case["family"] == "pixtral" else got
+    assert got.shape == ref.shape
+    diff = np.abs(got.astype(np.float64) - ref)
+    assert diff.max() <= PIXEL_ATOL + 1e-6, (key, diff.max())
+    assert (diff > 1e-6).mean() <= MAX_FRACTION_OFF, (key, (diff > 1e-6).mean())
+
+
+def test_fast_path_is_bit_identical_here(model_dirs: dict[str, Path]) -> None:
+    """On a host with the recording host's CPU capability the fast path is exact, not just close."""
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() != META["recorded_with"]["cpu_capability"]:
+        pytest.skip(
+            f"runs where torch's CPU capability is {META['recorded_with']['cpu_capability']} (the recording "
+            f"host's); this host has {torch.backends.cpu.get_cpu_capability()}, where the tolerance test applies"
+        )
+    for case in CASES.values():
+        out = ours(case, model_dirs[case["family"]])
+        got = np.asarray(out.pixel_values)
+        got = got[0] if case["family"] == "pixtral" else got
+        assert np.array_equal(got, reference_pixels(case)), case["key"]
+
+
+@pytest.mark.parametrize("key", [k for k in CASES if "{}" in k])
+def test_slow_processor_differs_by_resampling_only(key: str, model_dirs: dict[str, Path]) -> None:
+    """IMAGE_PROCESSOR=slow (the PIL processors) gives the same grids and ids, pixels within the
+    bound the recording measured between transformers' two backends."""
+    case = CASES[key]
+    out = ours(case, model_dirs[case["family"]], "slow")
+    assert out.input_ids == case["expanded_ids"]
+    got = np.asarray(out.pixel_values)
+    got = got[0] if case["family"] == "pixtral" else got
+    diff = np.abs(got.astype(np.float64) - reference_pixels(case))
+    assert diff.max() <= case["fast_vs_slow"]["max_abs"] + PIXEL_ATOL + 1e-6
