@@ -46,6 +46,12 @@ class TensorSpec:
     dims: tuple[int, ...]
     """Dims after the batch dimension; -1 is variable."""
 
+    optional: bool = False
+    """A request may leave it out (``optional: true`` in the config)."""
+
+    ragged: bool = False
+    """Requests batched together may differ in its dims (``allow_ragged_batch: true``)."""
+
     @property
     def np_dtype(self) -> type:
         return _NP[self.dtype]

@@ -22,6 +22,7 @@ import triton_python_backend_utils as pb_utils
 from renderer.errors import RenderError, TensorError
 from renderer.flags import parse_flag
 from renderer.prompts import decode_utf8
+from renderer.stage_tensors import outputs_of
 from renderer.request_json import parse_json
 
 log = logging.getLogger("renderer.triton")
@@ -114,6 +115,23 @@ def tensor(name: str, value: Any, dtype: Any) -> Any:
         value = value.detach().cpu().numpy()
     arr = np.asarray(value, dtype=dtype)
     return pb_utils.Tensor(name, arr[np.newaxis, ...])
+
+
+class StageOutputs:
+    """Makes one stage's output tensors, each typed as ``renderer/stage_tensors.py`` declares it:
+    an adapter names the tensor and gives the values, never the dtype."""
+
+    def __init__(self, model: str) -> None:
+        self.specs = outputs_of(model)
+
+    def __call__(self, name: str, value: Any) -> Any:
+        spec = self.specs[name]  # a KeyError here is an output the table does not declare
+        if spec.dtype == "TYPE_STRING":
+            return bytes_tensor(name, value)
+        return tensor(name, value, spec.np_dtype)
+
+    def all(self, values: Mapping[str, Any]) -> list[Any]:
+        return [self(name, value) for name, value in values.items()]
 
 
 def handed_on(request: Any, names: Sequence[str]) -> dict[str, np.ndarray]:

@@ -12,6 +12,9 @@ from renderer.chat_stage import ChatStage
 from renderer.multimodal.media import MediaLimits
 from triton_io import tensors as io
 
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("chat_render")
+
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
@@ -33,19 +36,19 @@ class TritonPythonModel:
     def _one(self, request: Any) -> Any:
         out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))
         tensors = [
-            io.bytes_tensor("prompt", [out.rendered.prompt]),
-            io.tensor("chat_template_applied", [True], np.bool_),
+            OUT("prompt", [out.rendered.prompt]),
+            OUT("chat_template_applied", [True]),
         ]
         if self.stage.multimodal:
             tensors += [
-                io.bytes_tensor("mm_items", out.mm_items_json),
-                io.bytes_tensor("mm_kwargs", [out.media_kwargs.to_json()]),
+                OUT("mm_items", out.mm_items_json),
+                OUT("mm_kwargs", [out.media_kwargs.to_json()]),
             ]
         else:
             # A text model's render_chat answers with these directly: no media, so both empty.
             tensors += [
-                io.tensor("mm_placeholders", np.zeros((0, 2), np.int32), np.int32),
-                io.bytes_tensor("mm_hashes", []),
+                OUT("mm_placeholders", np.zeros((0, 2))),
+                OUT("mm_hashes", []),
             ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 

@@ -44,6 +44,9 @@ from renderer.tokenizer import Tokenizer
 from triton_io import tensors as io
 from triton_io.deferred_release import DeferredRelease
 
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("detokenize")
+
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
 
@@ -262,12 +265,12 @@ def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: in
     """One response: the text piece and its ids, and, for clients that report usage and finish
     (the OpenAI front), the prompt's length and why generation ended ("" until it has)."""
     return pb_utils.InferenceResponse(
-        output_tensors=io.output_tensors(
+        output_tensors=OUT.all(
             {
-                "text_output": np.array([text.encode()], dtype=np.object_),
-                "output_ids": np.asarray(ids, np.int32),
-                "finish_reason": np.array([(finish_reason or "").encode()], dtype=np.object_),
-                "input_lengths": np.array([n_prompt], np.int32),
+                "text_output": [text],
+                "output_ids": ids,
+                "finish_reason": [finish_reason or ""],
+                "input_lengths": [n_prompt],
             }
         )
     )

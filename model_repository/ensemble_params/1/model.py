@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
 from renderer.trtllm_front import parse_front_request
 from triton_io import tensors as io
+
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("ensemble_params")
 
 
 class TritonPythonModel:
@@ -21,10 +23,10 @@ class TritonPythonModel:
         tensors = self.resolver.tensors(
             front.sampling, front.max_tokens, end_id=front.end_id, pad_id=front.pad_id, bad_words=front.bad_words
         )
-        tensors["streaming"] = np.array([front.stream], np.bool_)
-        tensors["exclude_input_in_output"] = np.array([front.exclude_input_in_output], np.bool_)
+        tensors["streaming"] = [front.stream]
+        tensors["exclude_input_in_output"] = [front.exclude_input_in_output]
         tensors.update(io.handed_on(request, CHAINED_INPUTS))
-        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
+        return pb_utils.InferenceResponse(output_tensors=OUT.all(tensors))
 
     def finalize(self) -> None:
         io.release_before_teardown()

@@ -11,6 +11,9 @@ from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
 from renderer.generation_request import GenerationRequest
 from triton_io import tensors as io
 
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("generation_params")
+
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
@@ -23,7 +26,7 @@ class TritonPythonModel:
             io.get_scalar(request, "stream", bool),
         )
         tensors = {**req.tensors(self.resolver), **io.handed_on(request, CHAINED_INPUTS)}
-        return pb_utils.InferenceResponse(output_tensors=io.output_tensors(tensors))
+        return pb_utils.InferenceResponse(output_tensors=OUT.all(tensors))
 
     def finalize(self) -> None:
         io.release_before_teardown()

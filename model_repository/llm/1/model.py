@@ -31,6 +31,9 @@ from engines.standin import Generator
 from triton_io import tensors as io
 from triton_io.outbox import ResponseOutbox
 
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("llm")
+
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
@@ -118,10 +121,10 @@ class TritonPythonModel:
 
 
 def _response(ids: list[int]) -> Any:
-    arr = np.asarray(ids, np.int32).reshape(1, -1)  # [beams, tokens]
+    arr = np.asarray(ids, np.int64).reshape(1, -1)  # [beams, tokens]
     return pb_utils.InferenceResponse(
         output_tensors=[
-            io.tensor("output_ids", arr, np.int32),
-            io.tensor("sequence_length", [arr.shape[1]], np.int32),
+            OUT("output_ids", arr),
+            OUT("sequence_length", [arr.shape[1]]),
         ]
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat.messages import MultiModalItem
@@ -19,6 +18,9 @@ from renderer.multimodal.processor import MultiModalProcessor
 from renderer.multimodal.tensors import image_tensors
 from renderer.params import LengthLimit
 from triton_io import tensors as io
+
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("mm_process")
 
 
 class TritonPythonModel:
@@ -62,14 +64,16 @@ class TritonPythonModel:
         self.hits.increment(out.cache_hits)
         self.misses.increment(len(items) - out.cache_hits)
         tensors = [
-            io.tensor("input_ids", np.asarray(out.input_ids, np.int32), np.int32),
-            io.tensor("input_lengths", [len(out.input_ids)], np.int32),
-            io.tensor("token_offsets", offsets, np.int32),
-            io.tensor("mm_placeholders", out.mm_placeholders_array(), np.int32),
-            io.bytes_tensor("mm_hashes", list(out.hashes)),
+            OUT("input_ids", out.input_ids),
+            OUT("input_lengths", [len(out.input_ids)]),
+            OUT("token_offsets", offsets),
+            OUT("mm_placeholders", out.mm_placeholders_array()),
+            OUT("mm_hashes", list(out.hashes)),
         ]
         produced = out.tensors()
-        tensors += [io.tensor(spec.name, produced[spec.name], spec.np_dtype) for spec in self.image_tensors]
+        tensors += [
+            io.tensor(spec.name, produced[spec.name], spec.np_dtype) for spec in self.image_tensors
+        ]  # the family table
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list) -> list:

@@ -11,6 +11,9 @@ from renderer import Renderer, RendererConfig
 from renderer.prompts import completion_prompt
 from triton_io import tensors as io
 
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("tokenize")
+
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
@@ -53,19 +56,19 @@ class TritonPythonModel:
     def _respond(self, res: Any, params: Any) -> Any:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
-        ids = np.asarray(res.prompt_token_ids, dtype=np.int32)
-        offsets = np.asarray(res.token_offsets or [], dtype=np.int32).reshape(-1, 2)
+        ids = res.prompt_token_ids
+        offsets = np.asarray(res.token_offsets or [], dtype=np.int64).reshape(-1, 2)
         # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
         # model dtype, so the llm sees exactly what vLLM would.
-        embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else np.zeros((0, 0), np.float32)
+        embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else np.zeros((0, 0))
         n_tokens = len(embeds) if res.prompt_embeds is not None else len(ids)
         return pb_utils.InferenceResponse(
             output_tensors=[
-                io.tensor("input_ids", ids, np.int32),
-                io.tensor("input_lengths", [n_tokens], np.int32),
-                io.tensor("token_offsets", offsets, np.int32),
-                io.bytes_tensor("rendered_prompt", [res.prompt or ""]),
-                io.tensor("input_embeds", embeds, np.float32),
-                io.tensor("length_limit", params.length_limit.values(), np.int32),
+                OUT("input_ids", ids),
+                OUT("input_lengths", [n_tokens]),
+                OUT("token_offsets", offsets),
+                OUT("rendered_prompt", [res.prompt or ""]),
+                OUT("input_embeds", embeds),
+                OUT("length_limit", params.length_limit.values()),
             ]
         )

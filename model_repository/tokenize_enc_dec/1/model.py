@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.encoder_decoder import EncoderDecoderRenderer, encoder_decoder_prompt
 from triton_io import tensors as io
+
+# Every output typed as renderer/stage_tensors.py declares it.
+OUT = io.StageOutputs("tokenize_enc_dec")
 
 
 class TritonPythonModel:
@@ -48,9 +50,9 @@ class TritonPythonModel:
         enc, dec = res.encoder.prompt_token_ids, res.decoder_prompt_token_ids
         return pb_utils.InferenceResponse(
             output_tensors=[
-                io.tensor("encoder_input_ids", np.asarray(enc, np.int32), np.int32),
-                io.tensor("encoder_input_lengths", [len(enc)], np.int32),
-                io.tensor("decoder_input_ids", np.asarray(dec, np.int32), np.int32),
-                io.tensor("decoder_input_lengths", [len(dec)], np.int32),
+                OUT("encoder_input_ids", enc),
+                OUT("encoder_input_lengths", [len(enc)]),
+                OUT("decoder_input_ids", dec),
+                OUT("decoder_input_lengths", [len(dec)]),
             ]
         )

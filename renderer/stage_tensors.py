@@ -1,0 +1,401 @@
+"""Every Python stage's input and output tensors, declared once: name, Triton type, dims, optional,
+ragged.
+
+The committed ``config.pbtxt`` templates must declare exactly these (``tests/unit/test_stage_tensors.py``
+renders the repository for a text model and each image family and compares every field), and the
+same test holds every ensemble's maps to both ends. The engine's tensors (``engine_request.py``) and
+each image family's (``multimodal/tensors.py``) are the tables these entries take theirs from, so a
+tensor of TensorRT-LLM's interface is typed in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .engine_request import ENGINE_INPUTS, ENGINE_OUTPUTS, POSTPROCESS_INPUTS, TensorSpec
+from .multimodal.tensors import ITEM_TENSOR_SPECS, image_tensors
+
+
+@dataclass(frozen=True)
+class StageTensors:
+    """One Triton model's interface."""
+
+    inputs: tuple[TensorSpec, ...]
+    """What it takes, in its config's order."""
+
+    outputs: tuple[TensorSpec, ...]
+    """What it answers, in its config's order."""
+
+    def input(self, name: str) -> TensorSpec:
+        return _named(self.inputs, name)
+
+    def output(self, name: str) -> TensorSpec:
+        return _named(self.outputs, name)
+
+
+def _named(specs: tuple[TensorSpec, ...], name: str) -> TensorSpec:
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def _t(name: str, dtype: str, dims: tuple[int, ...], *, optional: bool = False, ragged: bool = False) -> TensorSpec:
+    return TensorSpec(name, dtype, dims, optional, ragged)
+
+
+def _engine(name: str, *, optional: bool = False, ragged: bool = False) -> TensorSpec:
+    """A tensor of TensorRT-LLM's interface (or the post-processor's rules), as that table types it."""
+    spec = ENGINE_INPUTS.get(name) or ENGINE_OUTPUTS.get(name) or POSTPROCESS_INPUTS[name]
+    return replace(spec, optional=optional, ragged=ragged)
+
+
+# The text form of every Python model (``config.pbtxt``).
+STAGES: dict[str, StageTensors] = {
+    "chat_render": StageTensors(
+        inputs=(
+            _t("messages", "TYPE_STRING", (1,)),
+            _t("chat_params", "TYPE_STRING", (1,), optional=True),
+        ),
+        outputs=(
+            _t("prompt", "TYPE_STRING", (1,)),
+            _t("chat_template_applied", "TYPE_BOOL", (1,)),
+            _t("mm_placeholders", "TYPE_INT32", (-1, 2)),
+            _t("mm_hashes", "TYPE_STRING", (-1,)),
+        ),
+    ),
+    "detokenize": StageTensors(
+        inputs=(
+            _engine("input_ids", ragged=True),
+            _engine("input_lengths"),
+            _t("input_embeds", "TYPE_FP32", (-1, -1), optional=True, ragged=True),
+            _engine("request_output_len"),
+            _engine("end_id", optional=True),
+            _engine("pad_id", optional=True),
+            _engine("stop_words_list", optional=True, ragged=True),
+            _engine("bad_words_list", optional=True, ragged=True),
+            _engine("beam_width", optional=True),
+            _engine("num_return_sequences", optional=True),
+            _engine("temperature", optional=True),
+            _engine("runtime_top_k", optional=True),
+            _engine("runtime_top_p", optional=True),
+            _engine("repetition_penalty", optional=True),
+            _engine("presence_penalty", optional=True),
+            _engine("frequency_penalty", optional=True),
+            _engine("min_tokens", optional=True),
+            _engine("seed", optional=True),
+            _engine("return_log_probs", optional=True),
+            _engine("return_context_logits", optional=True),
+            _engine("return_generation_logits", optional=True),
+            _engine("streaming", optional=True),
+            _engine("exclude_input_in_output", optional=True),
+            _engine("stop", optional=True),
+            _engine("stop_strings", optional=True, ragged=True),
+            _engine("stop_token_ids", optional=True, ragged=True),
+            _engine("include_stop_str_in_output", optional=True),
+            _engine("skip_special_tokens", optional=True),
+        ),
+        outputs=(
+            _t("text_output", "TYPE_STRING", (1,)),
+            _t("output_ids", "TYPE_INT32", (-1,)),
+            _t("finish_reason", "TYPE_STRING", (1,)),
+            _engine("input_lengths"),
+        ),
+    ),
+    "detokenize_enc_dec": StageTensors(
+        inputs=(
+            _engine("input_ids", ragged=True),
+            _engine("input_lengths"),
+            _engine("request_output_len"),
+            _engine("decoder_input_ids", ragged=True),
+            _engine("decoder_input_lengths"),
+            _engine("end_id", optional=True),
+            _engine("pad_id", optional=True),
+            _engine("stop_words_list", optional=True, ragged=True),
+            _engine("bad_words_list", optional=True, ragged=True),
+            _engine("beam_width", optional=True),
+            _engine("num_return_sequences", optional=True),
+            _engine("temperature", optional=True),
+            _engine("runtime_top_k", optional=True),
+            _engine("runtime_top_p", optional=True),
+            _engine("repetition_penalty", optional=True),
+            _engine("presence_penalty", optional=True),
+            _engine("frequency_penalty", optional=True),
+            _engine("min_tokens", optional=True),
+            _engine("seed", optional=True),
+            _engine("return_log_probs", optional=True),
+            _engine("return_context_logits", optional=True),
+            _engine("return_generation_logits", optional=True),
+            _engine("streaming", optional=True),
+            _engine("exclude_input_in_output", optional=True),
+            _engine("stop", optional=True),
+            _engine("stop_strings", optional=True, ragged=True),
+            _engine("stop_token_ids", optional=True, ragged=True),
+            _engine("include_stop_str_in_output", optional=True),
+            _engine("skip_special_tokens", optional=True),
+        ),
+        outputs=(
+            _t("text_output", "TYPE_STRING", (1,)),
+            _t("output_ids", "TYPE_INT32", (-1,)),
+            _t("finish_reason", "TYPE_STRING", (1,)),
+            _engine("input_lengths"),
+        ),
+    ),
+    "ensemble_params": StageTensors(
+        inputs=(
+            _t("decoder_text_input", "TYPE_STRING", (1,), optional=True),
+            _t("max_tokens", "TYPE_INT32", (1,)),
+            _engine("num_return_sequences", optional=True),
+            _t("bad_words", "TYPE_STRING", (-1,), optional=True),
+            _t("stop_words", "TYPE_STRING", (-1,), optional=True),
+            _engine("exclude_input_in_output", optional=True),
+            _engine("end_id", optional=True),
+            _engine("pad_id", optional=True),
+            _t("top_k", "TYPE_INT32", (1,), optional=True),
+            _t("top_p", "TYPE_FP32", (1,), optional=True),
+            _engine("temperature", optional=True),
+            _t("length_penalty", "TYPE_FP32", (1,), optional=True),
+            _engine("repetition_penalty", optional=True),
+            _engine("min_tokens", optional=True),
+            _engine("presence_penalty", optional=True),
+            _engine("frequency_penalty", optional=True),
+            _engine("seed", optional=True),
+            _engine("return_log_probs", optional=True),
+            _engine("return_context_logits", optional=True),
+            _engine("return_generation_logits", optional=True),
+            _t("return_perf_metrics", "TYPE_BOOL", (1,), optional=True),
+            _engine("beam_width", optional=True),
+            _t("stream", "TYPE_BOOL", (1,), optional=True),
+            _engine("prompt_embedding_table", optional=True),
+            _t("prompt_table_extra_id", "TYPE_UINT64", (1,), optional=True),
+            _engine("prompt_vocab_size", optional=True),
+            _t("embedding_bias_words", "TYPE_STRING", (-1,), optional=True),
+            _t("embedding_bias_weights", "TYPE_FP32", (-1,), optional=True),
+            _t("lora_task_id", "TYPE_UINT64", (1,), optional=True),
+            _t("lora_weights", "TYPE_FP16", (-1, -1), optional=True, ragged=True),
+            _t("lora_config", "TYPE_INT32", (-1, 3), optional=True, ragged=True),
+            _t("guided_decoding_guide_type", "TYPE_STRING", (1,), optional=True, ragged=True),
+            _t("guided_decoding_guide", "TYPE_STRING", (1,), optional=True, ragged=True),
+            _engine("input_lengths"),
+        ),
+        outputs=(
+            _engine("request_output_len"),
+            _engine("end_id"),
+            _engine("pad_id"),
+            _engine("temperature"),
+            _engine("runtime_top_k"),
+            _engine("runtime_top_p"),
+            _engine("seed"),
+            _engine("min_tokens"),
+            _engine("repetition_penalty"),
+            _engine("presence_penalty"),
+            _engine("frequency_penalty"),
+            _engine("stop_words_list"),
+            _engine("bad_words_list"),
+            _engine("streaming"),
+            _engine("exclude_input_in_output"),
+            _engine("stop_strings"),
+            _engine("stop_token_ids"),
+            _engine("include_stop_str_in_output"),
+            _engine("skip_special_tokens"),
+            _engine("input_lengths"),
+        ),
+    ),
+    "generation_params": StageTensors(
+        inputs=(
+            _t("max_tokens", "TYPE_INT32", (1,)),
+            _t("stream", "TYPE_BOOL", (1,), optional=True),
+            _t("sampling_params", "TYPE_STRING", (1,), optional=True),
+            _engine("input_lengths"),
+        ),
+        outputs=(
+            _engine("request_output_len"),
+            _engine("end_id"),
+            _engine("pad_id"),
+            _engine("temperature"),
+            _engine("runtime_top_k"),
+            _engine("runtime_top_p"),
+            _engine("seed"),
+            _engine("min_tokens"),
+            _engine("repetition_penalty"),
+            _engine("presence_penalty"),
+            _engine("frequency_penalty"),
+            _engine("stop_words_list"),
+            _engine("bad_words_list"),
+            _engine("streaming"),
+            _engine("exclude_input_in_output"),
+            _engine("stop_strings"),
+            _engine("stop_token_ids"),
+            _engine("include_stop_str_in_output"),
+            _engine("skip_special_tokens"),
+            _engine("input_lengths"),
+        ),
+    ),
+    "llm": StageTensors(
+        inputs=(
+            _engine("input_ids", optional=True, ragged=True),
+            _engine("input_lengths"),
+            _engine("request_output_len"),
+            _engine("end_id", optional=True),
+            _engine("pad_id", optional=True),
+            _engine("stop_words_list", optional=True, ragged=True),
+            _engine("bad_words_list", optional=True, ragged=True),
+            _engine("beam_width", optional=True),
+            _engine("num_return_sequences", optional=True),
+            _engine("temperature", optional=True),
+            _engine("runtime_top_k", optional=True),
+            _engine("runtime_top_p", optional=True),
+            _engine("repetition_penalty", optional=True),
+            _engine("presence_penalty", optional=True),
+            _engine("frequency_penalty", optional=True),
+            _engine("min_tokens", optional=True),
+            _engine("seed", optional=True),
+            _engine("return_log_probs", optional=True),
+            _engine("return_context_logits", optional=True),
+            _engine("return_generation_logits", optional=True),
+            _engine("exclude_input_in_output", optional=True),
+            _engine("stop", optional=True),
+            _engine("streaming", optional=True),
+            _engine("prompt_embedding_table", optional=True, ragged=True),
+            _engine("prompt_vocab_size", optional=True),
+        ),
+        outputs=(
+            _t("output_ids", "TYPE_INT32", (-1, -1)),
+            _t("sequence_length", "TYPE_INT32", (-1,)),
+        ),
+    ),
+    "llm_enc_dec": StageTensors(
+        inputs=(
+            _engine("input_ids", optional=True, ragged=True),
+            _engine("input_lengths"),
+            _engine("request_output_len"),
+            _engine("decoder_input_ids", ragged=True),
+            _engine("decoder_input_lengths", optional=True),
+            _engine("end_id", optional=True),
+            _engine("pad_id", optional=True),
+            _engine("stop_words_list", optional=True, ragged=True),
+            _engine("bad_words_list", optional=True, ragged=True),
+            _engine("beam_width", optional=True),
+            _engine("num_return_sequences", optional=True),
+            _engine("temperature", optional=True),
+            _engine("runtime_top_k", optional=True),
+            _engine("runtime_top_p", optional=True),
+            _engine("repetition_penalty", optional=True),
+            _engine("presence_penalty", optional=True),
+            _engine("frequency_penalty", optional=True),
+            _engine("min_tokens", optional=True),
+            _engine("seed", optional=True),
+            _engine("return_log_probs", optional=True),
+            _engine("return_context_logits", optional=True),
+            _engine("return_generation_logits", optional=True),
+            _engine("exclude_input_in_output", optional=True),
+            _engine("stop", optional=True),
+            _engine("streaming", optional=True),
+        ),
+        outputs=(
+            _t("output_ids", "TYPE_INT32", (-1, -1)),
+            _t("sequence_length", "TYPE_INT32", (-1,)),
+        ),
+    ),
+    "tokenize": StageTensors(
+        inputs=(
+            _t("prompt", "TYPE_STRING", (1,), optional=True),
+            _t("prompt_token_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
+            _t("prompt_embeds", "TYPE_STRING", (1,), optional=True),
+            _t("tokenize_params", "TYPE_STRING", (1,), optional=True),
+            _t("cache_salt", "TYPE_STRING", (1,), optional=True),
+            _t("max_tokens", "TYPE_INT32", (1,), optional=True),
+            _t("chat_template_applied", "TYPE_BOOL", (1,), optional=True),
+        ),
+        outputs=(
+            _t("input_ids", "TYPE_INT32", (-1,)),
+            _t("input_lengths", "TYPE_INT32", (1,)),
+            _t("token_offsets", "TYPE_INT32", (-1, 2)),
+            _t("rendered_prompt", "TYPE_STRING", (1,)),
+            _t("input_embeds", "TYPE_FP32", (-1, -1)),
+            _t("length_limit", "TYPE_INT32", (2,)),
+        ),
+    ),
+    "tokenize_enc_dec": StageTensors(
+        inputs=(
+            _t("encoder_prompt", "TYPE_STRING", (1,), optional=True),
+            _t("encoder_prompt_token_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
+            _t("decoder_prompt", "TYPE_STRING", (1,), optional=True),
+            _t("decoder_prompt_token_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
+            _t("tokenize_params", "TYPE_STRING", (1,), optional=True),
+            _t("cache_salt", "TYPE_STRING", (1,), optional=True),
+            _t("max_tokens", "TYPE_INT32", (1,), optional=True),
+        ),
+        outputs=(
+            _t("encoder_input_ids", "TYPE_INT32", (-1,)),
+            _t("encoder_input_lengths", "TYPE_INT32", (1,)),
+            _t("decoder_input_ids", "TYPE_INT32", (-1,)),
+            _t("decoder_input_lengths", "TYPE_INT32", (1,)),
+        ),
+    ),
+}
+
+# What an image family's repository serves instead (``config.multimodal.pbtxt``), before the
+# family's own image tensors are added (``stage_tensors``).
+MULTIMODAL_STAGES: dict[str, StageTensors] = {
+    "mm_process": StageTensors(
+        inputs=(
+            _t("input_ids", "TYPE_INT32", (-1,), ragged=True),
+            _t("token_offsets", "TYPE_INT32", (-1, 2), ragged=True),
+            _t("mm_items", "TYPE_STRING", (-1,), ragged=True),
+            _t("mm_kwargs", "TYPE_STRING", (1,)),
+            _t("length_limit", "TYPE_INT32", (2,)),
+        ),
+        outputs=(
+            _t("input_ids", "TYPE_INT32", (-1,)),
+            _t("input_lengths", "TYPE_INT32", (1,)),
+            _t("token_offsets", "TYPE_INT32", (-1, 2)),
+            _t("mm_placeholders", "TYPE_INT32", (-1, 2)),
+            _t("mm_hashes", "TYPE_STRING", (-1,)),
+        ),
+    ),
+    "chat_render": StageTensors(
+        inputs=(
+            _t("messages", "TYPE_STRING", (1,)),
+            _t("chat_params", "TYPE_STRING", (1,), optional=True),
+        ),
+        outputs=(
+            _t("prompt", "TYPE_STRING", (1,)),
+            _t("chat_template_applied", "TYPE_BOOL", (1,)),
+            _t("mm_items", "TYPE_STRING", (-1,)),
+            _t("mm_kwargs", "TYPE_STRING", (1,)),
+        ),
+    ),
+}
+
+# The models that take a family's image tensors and every item's identity as optional, ragged
+# inputs beside TensorRT-LLM's (the launcher appends them to their configs: ``family_vars``).
+IMAGE_TAKERS = ("llm", "detokenize")
+
+
+def stage_tensors(model: str, family: str | None = None) -> StageTensors:
+    """``model``'s interface in the repository served for ``family`` (None: a text-only model)."""
+    if family is None:
+        return STAGES[model]
+    if model == "mm_process":
+        base = MULTIMODAL_STAGES[model]
+        return replace(base, outputs=base.outputs + image_tensors(family))
+    if model in MULTIMODAL_STAGES:
+        return MULTIMODAL_STAGES[model]
+    base = STAGES[model]
+    if model in IMAGE_TAKERS:
+        extra = tuple(replace(t, optional=True, ragged=True) for t in (*image_tensors(family), *ITEM_TENSOR_SPECS))
+        return replace(base, inputs=base.inputs + extra)
+    return base
+
+
+def outputs_of(model: str) -> dict[str, TensorSpec]:
+    """Every output ``model`` has in any repository (text or image family; a name means one tensor in
+    all of them), by name: what its adapter types its outputs by."""
+    out: dict[str, TensorSpec] = {}
+    for table in (STAGES, MULTIMODAL_STAGES):
+        if model in table:
+            out.update({t.name: t for t in table[model].outputs})
+    if not out:
+        raise KeyError(f"no stage tensors are declared for {model!r}")
+    return out
