@@ -154,12 +154,25 @@ class TokenizeParams:
         n = self.pad_prompt_tokens
         return self.max_input_tokens if n is not None and n < 0 else n
 
-    def pad(self, ids: list[int], pad_id: int | None) -> list[int]:
+    def pad(
+        self, ids: list[int], pad_id: int | None, tokenizer_side: str = "right", *, at_least: bool = False
+    ) -> list[int]:
+        """``ids`` padded to ``pad_length``, building no more than the steps after it keep: a pad
+        length past the context is refused here, with the length check's own error, before a list
+        of that length exists (``pad_prompt_tokens`` is the client's number); with truncation after
+        it, only the pads truncation keeps are made. The result of pad-then-truncate is vLLM's."""
         n = self.pad_length
         if n is None or n <= len(ids):
             return ids
         if pad_id is None:
             raise InvalidParamsError("pad_prompt_tokens needs a tokenizer with a pad token.")
+        keep = self.truncation_length
+        if keep is None:
+            self.check_length(n, at_least=at_least)
+        elif self.side(tokenizer_side) == "left":
+            n = min(n, len(ids) + keep)  # truncation keeps the last ``keep``: pads beyond are cut
+        else:
+            n = min(n, max(keep, len(ids)))  # it keeps the first ``keep``
         return ids + [pad_id] * (n - len(ids))
 
     def truncate(self, ids: list, tokenizer_side: str) -> list:

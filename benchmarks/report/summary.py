@@ -1,0 +1,286 @@
+"""``summary.json``: the run's figures as ratios and bests, from ``results.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import head_to_head as h2h
+from benchmarks.layout import HTTP_PORT, MAIN_INPUTS, PEER_PORT
+
+
+MODELS = list(MAIN_INPUTS)
+
+
+def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("requests_per_s") is not None and "error" not in r]
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    rows = _ok(rows)
+    return max(rows, key=lambda r: r["requests_per_s"]) if rows else None
+
+
+def _inproc(res: dict[str, Any], input_name: str, prefix: str) -> float | None:
+    ip = res.get("inprocess") or {}
+    for r in ip.get("rows", []):
+        if r["input"] == input_name and r["baseline"].startswith(prefix):
+            return r["requests_per_s"]
+    return None
+
+
+def _mm_summary(mm: dict[str, Any] | None) -> dict[str, Any]:
+    """Images through ``render_chat`` over HTTP against the same processing in process: the worst
+    ratio over the bench's images and families (served time over in-process time)."""
+    rows = (mm or {}).get("rows") or []
+    if not rows:
+        return {"mm_hit_served_vs_inprocess": None, "mm_miss_served_vs_inprocess": None}
+    return {
+        "mm_hit_served_vs_inprocess": round(max(r["triton_hit_ms"] / r["ours_warm_ms"] for r in rows), 3),
+        "mm_miss_served_vs_inprocess": round(max(r["triton_miss_ms"] / r["ours_cold_ms"] for r in rows), 3),
+        "mm_served_vs_inprocess_note": "worst over benchmarks.bench_mm's images (640x480, 1280x720, "
+        "4000x3000) and families; hit: same image again (cache on), miss: new pixels (cache off in process)",
+    }
+
+
+def _is_loadgen(row: dict[str, Any]) -> bool:
+    return "loadgen" in str(row.get("driver", ""))
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def _desc(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not r:
+        return None
+    return {
+        "requests_per_s": round(r["requests_per_s"], 1),
+        "driver": r.get("driver"),
+        "protocol": r.get("protocol"),
+        "concurrency": r.get("concurrency"),
+        "p50_ms": _r(r.get("p50_ms")),
+    }
+
+
+def _r(x: float | None, n: int = 2) -> float | None:
+    return round(x, n) if isinstance(x, (int, float)) else x
+
+
+def summarize(res: dict[str, Any]) -> dict[str, Any]:
+    peer = res.get("peer") or {}
+    peer_ran = peer.get("status") == "ran"
+    s: dict[str, Any] = {
+        "quick": res["quick"],
+        "started": res["started"],
+        "elapsed_s": _r(res.get("elapsed_s"), 0),
+        "machine": res["machine"],
+        "perf_analyzer": res["perf_analyzer"],
+        "settings": {
+            **res["settings"],
+            "inputs": MAIN_INPUTS,
+            "ports": {"http": HTTP_PORT, "grpc": HTTP_PORT + 1, "metrics": HTTP_PORT + 2, "peer": PEER_PORT},
+        },
+    }
+    pfk = res.get("peer_fastokens") or {}
+    pfk_ran = pfk.get("status") == "ran"
+    best_ours, best_peer, best_ours_json, best_pfk = {}, {}, {}, {}
+    for model, name in MAIN_INPUTS.items():
+        key = model.removeprefix("render_")
+        best_ours[model] = _best([r for r in res["sweep"] if r["model"] == model])
+        best_ours_json[model] = _best(
+            [
+                r
+                for r in res["openai_sweep"] + res["loadgen"]
+                if r.get("model", model) == model and r.get("input") == name
+            ]
+        )
+        best_peer[model] = (
+            _best([r for r in peer.get("sweep", []) + peer.get("loadgen", []) if r.get("input") == name])
+            if peer_ran
+            else None
+        )
+        reason = None if peer_ran else f"peer {peer.get('status')}: {peer.get('reason', '')}".strip()
+        ours = best_ours[model]["requests_per_s"] if best_ours[model] else None
+        theirs = best_peer[model]["requests_per_s"] if best_peer[model] else None
+        s[f"render_{key}_vs_vllm"] = _ratio(ours, theirs)
+        s[f"render_{key}_vs_vllm_note"] = reason or (
+            "our best (perf_analyzer, any protocol/concurrency) over vLLM render server's best "
+            "(perf_analyzer openai kind or the load generator, any concurrency), same inputs"
+        )
+        best_pfk[model] = (
+            _best([r for r in pfk.get("sweep", []) + pfk.get("loadgen", []) if r.get("input") == name])
+            if pfk_ran
+            else None
+        )
+        s[f"render_{key}_vs_vllm_fastokens"] = _ratio(
+            ours, best_pfk[model]["requests_per_s"] if best_pfk[model] else None
+        )
+        s[f"render_{key}_vs_vllm_fastokens_note"] = (
+            "our best over the best of vLLM's render server run with VLLM_USE_FASTOKENS=1, the text encoding "
+            "engine our tokenize stage picks"
+            if pfk_ran
+            else f"peer with fastokens {pfk.get('status', 'not run')}"
+        )
+        floor_rows = [r for r in res.get("floor", []) if r.get("model") == model]
+        floor = _best([r for r in floor_rows if _is_loadgen(r) is False])
+        s[f"render_{key}_floor"] = _desc(floor)
+        s[f"render_{key}_of_floor"] = _ratio(ours, floor["requests_per_s"] if floor else None)
+        s[f"render_{key}_vs_floor"] = s[f"render_{key}_of_floor"]
+        # The same ratios with the Python load generator driving both sides (what a Python client gets).
+        ours_lg = _best([r for r in res["loadgen"] if r.get("input") == name])
+        floor_lg = _best([r for r in floor_rows if _is_loadgen(r)])
+        s[f"render_{key}_vs_floor_loadgen"] = _ratio(
+            ours_lg["requests_per_s"] if ours_lg else None, floor_lg["requests_per_s"] if floor_lg else None
+        )
+        peer_lg = _best([r for r in peer.get("loadgen", []) if r.get("input") == name]) if peer_ran else None
+        s[f"render_{key}_vs_vllm_loadgen"] = _ratio(
+            ours_lg["requests_per_s"] if ours_lg else None, peer_lg["requests_per_s"] if peer_lg else None
+        )
+        s[f"render_{key}_floor_vs_vllm"] = _ratio(floor["requests_per_s"] if floor else None, theirs)
+        s[f"render_{key}_vs_vllm_same_client"] = _ratio(
+            best_ours_json[model]["requests_per_s"] if best_ours_json[model] else None, theirs
+        )
+        baseline = "transformers tokenizer(batch" if key == "completion" else "transformers apply_chat_template"
+        s[f"render_{key}_vs_inprocess"] = _ratio(ours, _inproc(res, name, baseline))
+        s[f"render_{key}_vs_inprocess_note"] = (
+            f"our best over in-process '{baseline}...' on one core, one process ({name})"
+        )
+        s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
+    s.update(_mm_summary(res.get("mm")))
+    s["best_throughput"] = {
+        "ours": {m: _desc(best_ours[m]) for m in MODELS},
+        "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
+        "peer": {m: _desc(best_peer[m]) for m in MODELS} if peer_ran else None,
+        "peer_fastokens": {m: _desc(best_pfk[m]) for m in MODELS} if pfk_ran else None,
+        "inprocess": {
+            r["input"] + ": " + r["baseline"]: round(r["requests_per_s"], 1)
+            for r in (res.get("inprocess") or {}).get("rows", [])
+        },
+    }
+    p50: dict[str, Any] = {"ours": {}, "peer": {} if peer_ran else None, "peer_fastokens": {} if pfk_ran else None}
+    for r in _ok(res["sweep"] + res["openai_sweep"]):
+        if r["concurrency"] == 1:
+            p50["ours"][f"{r['model']} {r['protocol'] if r['protocol'] != 'openai' else 'http-json'}"] = _r(r["p50_ms"])
+    for key, ran, run in (("peer", peer_ran, peer), ("peer_fastokens", pfk_ran, pfk)):
+        if ran:
+            p50[key] = {
+                f"{r['model']} http-json": _r(r["p50_ms"]) for r in _ok(run.get("sweep", [])) if r["concurrency"] == 1
+            }
+    s["p50_ms_c1"] = p50
+    s.update(head_to_head_summary(res))
+    s["ids_equal"] = ids_summary(res)
+    s["streaming"] = res.get("streaming")
+    s["scaling"] = [
+        {
+            "tokenizer_backend": "auto",
+            **{
+                k: _r(v)
+                for k, v in r.items()
+                if k
+                in (
+                    "tokenize_instances",
+                    "chat_render_instances",
+                    "max_queue_delay_us",
+                    "tokenizer_backend",
+                    "model",
+                    "concurrency",
+                    "requests_per_s",
+                    "p50_ms",
+                    "error",
+                )
+            },
+        }
+        for r in res.get("scaling", [])
+    ]
+    lg = [
+        r
+        for r in res["loadgen"] + peer.get("loadgen", []) + pfk.get("loadgen", [])
+        if r.get("client_cpu_us_per_request")
+    ]
+    s["loadgen_client_cpu_us_per_request"] = {
+        f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg
+    }
+    s.update(engine_summary(res))
+    s["openai_front_tokens_per_s_vs_triton_grpc"] = ((res.get("openai_front") or {}).get("summary") or {}).get(
+        "front_tokens_per_s_vs_triton_grpc"
+    )
+    return s
+
+
+def engine_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """``chat`` on vLLM's engine against ``vllm serve`` alone (benchmarks/engine_vllm.py): output
+    tokens/s ours over vLLM's, and time to first token vLLM's over ours (above 1 is better for us)."""
+    ev = res.get("engine_vllm") or {}
+    by = (ev.get("summary") or {}).get("by_concurrency") or {}
+    return {
+        "chat_vllm_engine_tokens_per_s_vs_vllm_serve": {c: v["tokens_per_s_ratio"] for c, v in by.items()} or None,
+        "chat_vllm_engine_ttft_vs_vllm_serve": {c: v["ttft_ratio"] for c, v in by.items()} or None,
+    }
+
+
+def head_to_head_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """Ratios and p50s from the interleaved rounds (medians), when the head-to-head ran."""
+    hh = res.get("head_to_head") or {}
+    rows = hh.get("rows")
+    if not rows:
+        return {"head_to_head": {"error": hh["error"]} if hh.get("error") else None}
+    out: dict[str, Any] = {
+        "head_to_head": {
+            "rounds": hh["rounds"],
+            "window": hh.get("window"),
+            "errors": hh.get("errors", []),
+            "method": "our server, the floor and both peers up at once; each round measures every target once per case, the "
+            "order reversed every other round; figures are medians over rounds",
+            "rows": [{k: v for k, v in r.items() if k != "samples"} for r in rows],
+        }
+    }
+    p50: dict[str, Any] = {"ours": {}, "floor": {}, "peer": {}, "peer_fastokens": {}}
+    for model in MODELS:
+        key = model.removeprefix("render_")
+        ours = h2h.best(rows, model, "ours")
+        for side, name in (("peer", "vs_vllm"), ("peer_fastokens", "vs_vllm_fastokens")):
+            theirs = h2h.best(rows, model, side)
+            out[f"render_{key}_{name}_interleaved"] = _ratio(
+                ours and ours["requests_per_s"], theirs and theirs["requests_per_s"]
+            )
+        for side in p50:
+            r = h2h.p50_c1(rows, model, side)
+            p50[side][model] = {"p50_ms": r["p50_ms"], "target": r["target"]} if r else None
+        floor, peer = p50["floor"].get(model), p50["peer"].get(model)
+        # What Triton alone costs at c=1 against the peer's whole answer: no renderer on this
+        # architecture can get under this fraction.
+        out[f"render_{key}_floor_p50_c1_of_peer"] = _ratio(floor and floor["p50_ms"], peer and peer["p50_ms"])
+    out["p50_ms_c1_interleaved"] = p50
+    return out
+
+
+def _tally(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Id checks summed over load generator rows."""
+    return {k: sum(r.get(k, 0) for r in rows) for k in ("checked", "mismatched", "errors")}
+
+
+def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    peer = res.get("peer") or {}
+    rows = peer.get("verify", []) + peer.get("loadgen", [])
+    out["vllm_render_server_vs_ours"] = (
+        {
+            **_tally(rows),
+            "inputs": sorted({r["input"] for r in peer.get("verify", [])}),
+            "first_errors": [e for r in rows for e in r.get("first_errors", [])][:5],
+        }
+        if rows
+        else None
+    )
+    pfk = res.get("peer_fastokens") or {}
+    rows = pfk.get("verify", []) + pfk.get("loadgen", [])
+    if rows:
+        out["vllm_render_server_fastokens_vs_ours"] = _tally(rows)
+    if res.get("loadgen"):
+        out["triton_generate_vs_our_grpc"] = _tally(res["loadgen"])
+    for name, checks in ((res.get("inprocess") or {}).get("checks") or {}).items():
+        for k, v in checks.items():
+            agg = out.setdefault(k, {"checked": 0, "mismatched": 0})
+            agg["checked"] += v["checked"]
+            agg["mismatched"] += v["mismatched"]
+    return out
