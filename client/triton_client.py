@@ -18,6 +18,8 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
+from renderer.errors import parameter_of
+
 _DTYPES = {
     np.dtype(np.int32): "INT32",
     np.dtype(np.bool_): "BOOL",
@@ -156,6 +158,12 @@ class RequestError(Exception):
     @property
     def is_client_error(self) -> bool:
         return self.kind == "client"
+
+    @property
+    def parameter(self) -> str | None:
+        """The request field the server's message names, in vLLM's form (``... (parameter=max_tokens)``):
+        how an error carries its parameter across Triton (``renderer/errors.py``)."""
+        return parameter_of(self.message)
 
     def __repr__(self) -> str:
         return f"RequestError(kind={self.kind!r}, status={self.status!r}, message={self.message!r})"

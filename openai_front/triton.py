@@ -65,6 +65,7 @@ def _error(e: Exception) -> FrontError:
     from tritonclient.utils import InferenceServerException
 
     from client import stream_error_kind, strip_ensemble_prefix
+    from renderer.errors import parameter_of
 
     if isinstance(e, grpc.RpcError):  # the call itself failed (transport, deadline)
         code, message = f"StatusCode.{e.code().name}", e.details() or ""
@@ -82,7 +83,10 @@ def _error(e: Exception) -> FrontError:
         status = HTTPStatus.SERVICE_UNAVAILABLE
     if status == HTTPStatus.SERVICE_UNAVAILABLE and code not in ("", "None"):
         message = f"The inference server is not reachable now (starting or restarting): {message}"
-    return FrontError(strip_ensemble_prefix(message), status)  # the stage's own message
+    message = strip_ensemble_prefix(message)  # the stage's own message
+    # A client error names its request field in vLLM's form; OpenAI's ``param`` carries it.
+    param = parameter_of(message) if status < HTTPStatus.INTERNAL_SERVER_ERROR else None
+    return FrontError(message, status, param)
 
 
 class Ensembles:

@@ -43,7 +43,8 @@ from ..errors import (
     MultiModalPlaceholderError,
     ToolCallError,
 )
-from .request import ChatCompletionContentPartParam, content_parts, parameter_suffix, sanitize_message
+from ..errors import parameter_suffix
+from .request import ChatCompletionContentPartParam, content_parts, sanitize_message
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
 """Part types parsed as text."""
@@ -339,9 +340,9 @@ def _part_type_and_payload(part: Mapping[str, Any]) -> tuple[str, Any]:
                 if isinstance(payload, Mapping) and key in ("image_url", "audio_url", "video_url"):
                     payload = payload.get("url")
                 return key, payload
-        raise ContentPartError(parameter_suffix("Missing 'type' field in multimodal part.", "type"))
+        raise ContentPartError("Missing 'type' field in multimodal part.", parameter="type")
     if not isinstance(ptype, str):
-        raise ContentPartError(parameter_suffix("Invalid 'type' field in multimodal part.", "type"))
+        raise ContentPartError("Invalid 'type' field in multimodal part.", parameter="type")
     return ptype, None
 
 
@@ -390,7 +391,7 @@ def _postprocess_tool_calls(conversation: list[dict[str, Any]]) -> None:
             continue
         for call in tool_calls:
             if not isinstance(call, dict):
-                raise ToolCallError(parameter_suffix("assistant tool_calls entries must be objects.", "tool_calls"))
+                raise ToolCallError("assistant tool_calls entries must be objects.", parameter="tool_calls")
             function = call.get("function")
             if call.get("type", "function") != "function" or not isinstance(function, dict):
                 raise ToolCallError(

@@ -24,6 +24,7 @@ from ..errors import (
     RenderError,
     UntrustedChatTemplateError,
     UntrustedMultiModalKwargsError,
+    parameter_suffix,
 )
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import resolve_content_format
@@ -44,10 +45,10 @@ CALL_ARGUMENT_KWARGS = ("model_config", "tokenizer", "conversation")
 
 def untrusted_mm_kwargs_message(name: str, what: str) -> str:
     """vLLM's refusal of a per-request multimodal kwargs bag, as its error response carries it."""
-    return (
+    return parameter_suffix(
         f"Per-request {name} are disabled by default because they can change multimodal {what} resource "
-        "usage. Start the server with --trust-request-mm-kwargs only when clients are trusted. "
-        f"(parameter={name})"
+        "usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
+        name,
     )
 
 

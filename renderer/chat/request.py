@@ -44,7 +44,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from typing_extensions import Required, TypedDict
 
-from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError
+from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
 from ..request_json import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
 
 # --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
@@ -246,8 +246,8 @@ class ChatCompletionToolsParam(BaseModel):
         return data
 
 
-EMPTY_TOOLS_MESSAGE = (
-    "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely. (parameter=tools)"
+EMPTY_TOOLS_MESSAGE = parameter_suffix(
+    "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.", "tools"
 )
 
 
@@ -484,13 +484,3 @@ def sanitize_message(message: str) -> str:
     message = _SYSTEM_PATH.sub("<path>", message)
     message = _FILE_PATH.sub("<path>", message)
     return message.strip()
-
-
-def parameter_suffix(message: str, parameter: str | None = None, value: Any = None) -> str:
-    """A message as vLLM's validation errors print: the parameter and value named after it."""
-    extras = []
-    if parameter is not None:
-        extras.append(f"parameter={parameter}")
-    if value is not None:
-        extras.append(f"value={value}")
-    return f"{message} ({', '.join(extras)})" if extras else message

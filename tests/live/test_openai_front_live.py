@@ -173,6 +173,30 @@ def test_bad_chat_requests_are_openai_shaped_4xx(front, body, status, message, s
     assert post(front, "GET", "/health")[0] == 200
 
 
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"n": 2}, "n"),  # the front's own refusal
+        ({"logprobs": True}, "logprobs"),
+        ({"tools": []}, "tools"),  # chat_render's, in vLLM's words and form
+        ({"messages": MESSAGES, "mm_processor_kwargs": {"max_pixels": 4}}, "mm_processor_kwargs"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_error_names_its_parameter_as_openais_param(oai, model_name, extra, param, stream):
+    """OpenAI's own client reads ``param`` from the error: the front's refusals and the stages'
+    alike (a stage's error carries its parameter across Triton in vLLM's message form)."""
+    import openai
+
+    body = {"messages": MESSAGES, **extra}
+    with pytest.raises(openai.BadRequestError) as e:
+        got = oai.chat.completions.create(
+            model=model_name, max_tokens=4, stream=stream, messages=body.pop("messages"), extra_body=body
+        )
+        list(got) if stream else None
+    assert e.value.param == param, e.value.body
+
+
 def test_bad_completion_requests(front, oai, model_name):
     import openai
 
