@@ -8,5 +8,6 @@ over gRPC: the ensembles render, the engine generates; the front only translates
 - ``requests.py``: an OpenAI / vLLM request body -> the ensemble's tensors, with vLLM's defaults;
 - ``responses.py``: what the ensembles returned -> OpenAI's and vLLM's response bodies;
 - ``triton.py``: the asyncio gRPC client of the ensembles (cancellation included);
-- ``app.py``: the FastAPI routes and OpenAI-shaped errors.
+- ``serving.py``: each endpoint's work (``FrontService``), over the ensembles, without HTTP;
+- ``api_router.py``: the FastAPI routes, thin calls into the service, and OpenAI-shaped errors.
 """

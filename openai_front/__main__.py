@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from .app import create_app
+    from .api_router import create_app
     from .body import DEFAULT_MAX_BODY_BYTES
     from .requests import ModelCard
 
