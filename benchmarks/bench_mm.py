@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit)."""
+    """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit).
+
+    Long because each family and size is measured five ways in one loop, so the five share their inputs."""
     from dataclasses import replace
 
     from PIL import Image

@@ -50,6 +50,8 @@ def run(
     expected: dict[str, list[list[int]]] | None = None,
     vllm_python: str | None = None,
 ) -> dict[str, Any]:
+    """Long because it is one timing loop per input kind, kept side by side so they measure the same way."""
+
     from transformers import AutoTokenizer
 
     from benchmarks.make_inputs import load

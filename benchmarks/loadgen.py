@@ -110,6 +110,7 @@ async def run_load(
 
     Every response is checked (status 200, ids equal to ``expected`` when given), warm-up included;
     throughput and latency count only what completed after the warm-up.
+    Long because it is one asyncio client loop with its connection handling and checks inline, kept together for its timing.
     """
     counter = 0
     checked = mismatched = errors = 0

@@ -487,6 +487,8 @@ def describe(plan: Plan) -> list[str]:
 
 
 def run(plan: Plan) -> dict[str, Any]:
+    """The whole ``make bench`` run, phase after phase in the order the report reads them; long because each phase is a few lines of start, measure, record that share this function's servers and plan (the head-to-head is its own)."""
+
     from launcher import cli as launch
 
     WORK.mkdir(parents=True, exist_ok=True)
@@ -699,7 +701,9 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
 
 
 def run_head_to_head(plan: Plan) -> dict[str, Any]:
-    """Our server, the floor and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``)."""
+    """Our server, the floor and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``).
+
+    Long because the four servers it compares must be up at once, started and stopped here together."""
     from launcher import cli as launch
 
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))

@@ -109,6 +109,8 @@ def mixer(s: Any, stop: threading.Event, stats: dict, hf: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Long because it is the soak's arguments, its three concurrent drivers and their tally, which share the server it starts."""
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=180)
     ap.add_argument("--concurrency", type=int, default=8)

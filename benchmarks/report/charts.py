@@ -15,6 +15,8 @@ from benchmarks.report.summary import MODELS, _inproc, _ok
 
 
 def charts(res: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Long because it is the charts' matplotlib calls, one block per chart."""
+
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib
 

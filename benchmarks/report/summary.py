@@ -67,6 +67,8 @@ def _r(x: float | None, n: int = 2) -> float | None:
 
 
 def summarize(res: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json`` as one dict literal, figure by figure; long because it is a table, every entry a line."""
+
     peer = res.get("peer") or {}
     peer_ran = peer.get("status") == "ran"
     s: dict[str, Any] = {
