@@ -107,7 +107,9 @@ class Generator:
     def _generate_multimodal(self, req: EngineRequest, cancelled: threading.Event | None) -> Iterator[Step]:
         """Vision-language models through transformers' ``generate`` (their position ids, e.g.
         Qwen2-VL's 3-D rope, are set up there), streamed id by id from its thread, with the same
-        logits rules as the text path."""
+        logits rules as the text path.
+
+        Long because transformers' ``generate`` takes its streamer and logits processors as classes, defined here over this request's state."""
         import queue
 
         from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList

@@ -207,6 +207,8 @@ def random_request(rng: random.Random, model: str) -> dict[str, np.ndarray]:
 
 @pytest.mark.timeout(int(TIME_BUDGET_S) + 300)
 def test_fuzz_every_client_facing_model(server, hf_tokenizer):
+    """Long because it is one seeded loop over every client-facing model and both protocols, with its classifier inline so a reader sees in one place what counts as a pass."""
+
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException, np_to_triton_dtype
