@@ -116,16 +116,15 @@ _PARAMS_OUTPUTS = tuple(
     )
 )
 
+_CHAT_INPUTS = (_t("messages", "TYPE_STRING", (1,)), _t("chat_params", "TYPE_STRING", (1,), optional=True))
+_CHAT_PROMPT = (_t("prompt", "TYPE_STRING", (1,)), _t("chat_template_applied", "TYPE_BOOL", (1,)))
+
 # The text form of every Python model (``config.pbtxt``).
 STAGES: dict[str, StageTensors] = {
     "chat_render": StageTensors(
-        inputs=(
-            _t("messages", "TYPE_STRING", (1,)),
-            _t("chat_params", "TYPE_STRING", (1,), optional=True),
-        ),
+        inputs=_CHAT_INPUTS,
         outputs=(
-            _t("prompt", "TYPE_STRING", (1,)),
-            _t("chat_template_applied", "TYPE_BOOL", (1,)),
+            *_CHAT_PROMPT,
             _t("mm_placeholders", "TYPE_INT32", (-1, 2)),
             _t("mm_hashes", "TYPE_STRING", (-1,)),
         ),
@@ -281,13 +280,9 @@ MULTIMODAL_STAGES: dict[str, StageTensors] = {
         ),
     ),
     "chat_render": StageTensors(
-        inputs=(
-            _t("messages", "TYPE_STRING", (1,)),
-            _t("chat_params", "TYPE_STRING", (1,), optional=True),
-        ),
+        inputs=_CHAT_INPUTS,
         outputs=(
-            _t("prompt", "TYPE_STRING", (1,)),
-            _t("chat_template_applied", "TYPE_BOOL", (1,)),
+            *_CHAT_PROMPT,
             _t("mm_items", "TYPE_STRING", (-1,)),
             _t("mm_kwargs", "TYPE_STRING", (1,)),
         ),
