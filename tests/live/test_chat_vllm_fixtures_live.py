@@ -13,11 +13,12 @@ one vLLM recorded it with.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import re
 from pathlib import Path
 
 import pytest
-from chat_servers import BUILD, render_only_model_dir, start_chat_server, tokenizer_dirs, trusts_request_templates
+from chat_servers import render_only_model_dir, start_chat_server, tokenizer_dirs, trusts_request_templates
 
 from client import RendererClient, RequestError
 
@@ -45,7 +46,11 @@ def servers(server, model_dir, tmp_path_factory):
         if name not in started:
             tmp = tmp_path_factory.mktemp(f"vllm-chat-{name}")
             if name == "qwen2_vl":
-                folder, extra = BUILD / "models" / "tiny-qwen2_vl", {"model": "qwen2-vl"}
+                # Built here (offline, once): no other test may be relied on to have built it first.
+                from launcher.repository import build_vlm
+
+                folder = build_vlm(replace(server, model="qwen2-vl", model_dir=""))
+                extra = {"model": "qwen2-vl"}
             else:
                 folder, extra = render_only_model_dir(dirs[name], tmp / "model"), {}
             started[name] = start_chat_server(server, name, folder, tmp, **extra, **opposite)
