@@ -173,28 +173,49 @@ def test_bad_chat_requests_are_openai_shaped_4xx(front, body, status, message, s
     assert post(front, "GET", "/health")[0] == 200
 
 
-@pytest.mark.parametrize(
-    "extra, param",
-    [
-        ({"n": 2}, "n"),  # the front's own refusal
-        ({"logprobs": True}, "logprobs"),
-        ({"tools": []}, "tools"),  # chat_render's, in vLLM's words and form
-        ({"messages": MESSAGES, "mm_processor_kwargs": {"max_pixels": 4}}, "mm_processor_kwargs"),
-    ],
-)
-@pytest.mark.parametrize("stream", [False, True])
-def test_an_error_names_its_parameter_as_openais_param(oai, model_name, extra, param, stream):
+PARAM_CASES = [
+    ({"n": 2}, "n"),  # the front's own refusal
+    ({"logprobs": True}, "logprobs"),
+    ({"tools": []}, "tools"),  # chat_render's, in vLLM's words and form
+    ({"mm_processor_kwargs": {"max_pixels": 4}}, "mm_processor_kwargs"),
+]
+
+
+def test_an_error_names_its_parameter_as_openais_param(server, oai, model_name):
     """OpenAI's own client reads ``param`` from the error: the front's refusals and the stages'
-    alike (a stage's error carries its parameter across Triton in vLLM's message form)."""
+    alike (a stage's error carries its parameter across Triton in vLLM's message form). Each bad
+    request goes out beside valid ones from four threads, streamed and not, as production sends
+    them; every valid one is answered and tritonserver is the same process at the end."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import openai
 
-    body = {"messages": MESSAGES, **extra}
-    with pytest.raises(openai.BadRequestError) as e:
+    from launcher import cli as launch
+
+    pid = launch.running_pid(server)
+
+    def send(extra: dict, stream: bool) -> None:
         got = oai.chat.completions.create(
-            model=model_name, max_tokens=4, stream=stream, messages=body.pop("messages"), extra_body=body
+            model=model_name, max_tokens=2, stream=stream, messages=MESSAGES, extra_body=extra or None
         )
-        list(got) if stream else None
-    assert e.value.param == param, e.value.body
+        if stream:
+            list(got)
+
+    def bad_then_good(case: tuple[dict, str], stream: bool) -> tuple[object, str]:
+        extra, param = case
+        try:
+            send(extra, stream)
+            got: object = "answered"
+        except openai.BadRequestError as e:
+            got = e.param
+        send({}, stream)  # raises on anything but a 200
+        return got, param
+
+    work = [(case, stream) for stream in (False, True) for case in PARAM_CASES] * 2
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda w: bad_then_good(*w), work))
+    assert [got for got, _ in results] == [param for _, param in results]
+    assert launch.running_pid(server) == pid, "tritonserver restarted"
 
 
 def test_bad_completion_requests(front, oai, model_name):
