@@ -4,6 +4,9 @@ Triton; the client reads it back, and the HTTP front fills OpenAI's ``param`` fr
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from tritonclient.utils import InferenceServerException
 
@@ -54,3 +57,17 @@ def test_an_internal_error_names_no_parameter():
     """A server fault is not about a request field, whatever its text quotes."""
     e = _error(InferenceServerException("chat_render: internal error: (parameter=x)", status="StatusCode.INTERNAL"))
     assert e.status == 500 and e.param is None
+
+
+def test_vllms_own_messages_name_their_parameter_to_the_same_reader():
+    """vLLM's recorded refusals (``tests/fixtures/vllm/chat.json``, from vLLM itself) that name a
+    parameter: the reader finds the one each names, so the form is vLLM's, not only ours."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "chat.json"
+    named = {
+        c["message"]: c["message"].rsplit("(parameter=", 1)[1].split(",")[0].rstrip(")")
+        for c in json.loads(fixture.read_text())["cases"]
+        if c.get("message") and "(parameter=" in c["message"]
+    }
+    assert len(set(named.values())) >= 3, named
+    for message, parameter in named.items():
+        assert parameter_of(message) == parameter, message
