@@ -49,7 +49,7 @@ def supervisor_pid(s: Settings) -> int | None:
         return None
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     background = b"launcher.supervisor" in cmdline and f"--settings={s.settings_file}".encode() in cmdline
-    return pid if background or b"launcher" in cmdline else None
+    return pid if background or {b"launcher", b"launcher.cli"} & set(cmdline) else None
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:

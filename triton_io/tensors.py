@@ -22,8 +22,8 @@ import triton_python_backend_utils as pb_utils
 from renderer.errors import RenderError, TensorError
 from renderer.flags import parse_flag
 from renderer.prompts import decode_utf8
-from renderer.stage_tensors import outputs_of
 from renderer.request_json import parse_json
+from renderer.stage_tensors import outputs_of
 
 log = logging.getLogger("renderer.triton")
 # A stub that dies of a native crash (SIGSEGV, SIGABRT, ...) first writes every thread's Python

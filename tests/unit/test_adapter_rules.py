@@ -54,14 +54,6 @@ def vlm_dir() -> Path:
     return repository.build_vlm(replace(launch.Settings(), model="qwen2-vl"))
 
 
-@pytest.fixture(scope="module")
-def encdec_dir(model_dir) -> Path:
-    from launcher import cli as launch
-    from model_builders import seq2seq_model
-
-    return seq2seq_model.build(launch.Settings().resolved_encdec_model_dir, model_dir)
-
-
 # --- chat_render ---------------------------------------------------------------------------------
 
 
