@@ -103,7 +103,12 @@ def requests_and_answers(model_dir, hf_tokenizer, tmp_path_factory):
     reqs = cases(tmp)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     run = subprocess.run(
-        [str(VLLM_PYTHON), str(ROOT / "tests" / "support" / "vllm_reference.py"), str(model_dir), str(tmp / "answers.json")],
+        [
+            str(VLLM_PYTHON),
+            str(ROOT / "tests" / "support" / "vllm_reference.py"),
+            str(model_dir),
+            str(tmp / "answers.json"),
+        ],
         input=json.dumps([{**r, "sampling": {**r["sampling"], "max_tokens": MAX_TOKENS}} for r in reqs]),
         capture_output=True,
         text=True,
