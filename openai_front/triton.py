@@ -30,6 +30,11 @@ GRPC_STATUS = {
     # Triton not reachable: starting, restarting after a crash, or gone. The client may retry.
     "StatusCode.UNAVAILABLE": HTTPStatus.SERVICE_UNAVAILABLE,
 }
+# What grpc's asyncio client reports when a call fails in its own transport before any status came
+# from the server (Triton ended the connection mid-call: killed, crashed, restarting). The call had
+# no verdict; it is Triton being away, not an internal error of the request (seen in CI as a 500
+# just after tritonserver was killed).
+GRPC_LOST_STATUS = ("StatusCode.INTERNAL", "Internal error from Core")
 # Reconnect at least this often while Triton is away, so the front serves again as soon as Triton
 # is (gRPC's own backoff grows to 2 minutes: after a restart the front answered 500 for 15 s more).
 MAX_RECONNECT_BACKOFF_MS = 500
@@ -77,6 +82,8 @@ def _error(e: Exception) -> FrontError:
         status = STREAM_ERRORS[stream_error_kind(message)]
     else:
         status = GRPC_STATUS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
+    if (code, message) == GRPC_LOST_STATUS:
+        status = HTTPStatus.SERVICE_UNAVAILABLE
     if "Request for unknown model" in message:
         # The front calls only the ensembles the launcher loads: one not there is still loading
         # (Triton starting or restarting) or being reloaded, not the client's mistake.

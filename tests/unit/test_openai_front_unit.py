@@ -103,6 +103,11 @@ class _Rpc(grpc.RpcError):
         ),
         # Triton not reachable (starting, restarting): a 503 the client may retry.
         (_Rpc(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"), 503, "not reachable now"),
+        # The call failed in grpc's own transport with no status from Triton (killed mid-call): away.
+        (_Rpc(grpc.StatusCode.INTERNAL, "Internal error from Core"), 503, "not reachable now"),
+        (InferenceServerException("Internal error from Core", status="StatusCode.INTERNAL"), 503, "not reachable"),
+        # Triton's own INTERNAL with other wording stays a 500.
+        (InferenceServerException("Internal error from Core: x", status="StatusCode.INTERNAL"), 500, "x"),
         (InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"), 400, "bad"),
         # A stream's error comes without a code (no triton_grpc_error): its wording decides.
         (InferenceServerException("in ensemble 'chat', max_tokens must be at least 1, got 0."), 400, "max_tokens"),
