@@ -43,6 +43,8 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
         "trust_request_chat_template": "true" if s.trust_request_chat_template else "false",
         "trust_request_mm_kwargs": "true" if s.trust_request_mm_kwargs else "false",
+        "enable_auto_tool_choice": "true" if s.enable_auto_tool_choice else "false",
+        "tool_call_parser": s.tool_call_parser,
         "request_template_timeout_s": str(s.request_template_timeout_s),
         "request_template_memory_mb": str(s.request_template_memory_mb),
         "request_template_max_bytes": str(s.request_template_max_bytes),

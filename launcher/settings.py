@@ -109,6 +109,12 @@ class Settings:
     trust_request_mm_kwargs: bool = False
     """vLLM's ``--trust-request-mm-kwargs``: off, a request's ``mm_processor_kwargs`` or
     ``media_io_kwargs`` is refused with vLLM's message; on, they apply to its images."""
+    enable_auto_tool_choice: bool = False
+    """vLLM's ``--enable-auto-tool-choice``: off, ``tool_choice`` "auto" (the default when a request
+    sends ``tools``) is refused with vLLM's message; on, it needs ``tool_call_parser``."""
+    tool_call_parser: str = ""
+    """vLLM's ``--tool-call-parser`` ("hermes", "llama3_json", "mistral"), in use only with
+    ``enable_auto_tool_choice``; without one, "required" and a named ``tool_choice`` are refused too."""
     request_template_timeout_s: float = template_defaults.DEFAULT_TIMEOUT_S
     """Wall-clock deadline of one request template's analysis or render in its worker process."""
     request_template_memory_mb: int = template_defaults.DEFAULT_MEMORY_MB

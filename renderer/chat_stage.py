@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .chat import ChatParams, ChatRenderer, RenderedChat
+from .chat.tool_choice import ToolChoicePolicy
 from .errors import EmptyMessagesError, FieldTypeError
 from .multimodal.media import MediaLimits
 from .multimodal.registry import detect_family, load_family
@@ -100,6 +101,8 @@ class ChatStage:
     ) -> "ChatStage":
         """``media_limits``: the server's (``LIMIT_MM_PER_PROMPT``); ``options``: further
         ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
+        # The server's stage checks tool_choice as vLLM's online renderer does (vLLM's defaults).
+        options.setdefault("tool_choice_policy", ToolChoicePolicy())
         family = detect_family(model_dir)
         placeholder = load_family(model_dir).placeholder_text if family else None
         chat = ChatRenderer.from_model_dir(

@@ -342,3 +342,59 @@ class ChatTemplateNestingError(ChatTemplateSyntaxError):
 
 class ChatTemplateLiteralError(ChatTemplateSyntaxError):
     """A chat template holds an integer literal longer than Python converts (4300 digits)."""
+
+
+# --- tool choice (vLLM's request model and online renderer) -------------------------------------
+
+
+class ToolChoiceError(ChatError):
+    """``tool_choice`` is refused: by vLLM's request model (its message ends in
+    ``(parameter=tool_choice...)``) or because the server parses no tool calls."""
+
+
+class ToolChoiceWithoutToolsError(ToolChoiceError):
+    """``tool_choice`` other than "none" or null was sent without ``tools``."""
+
+    def __init__(self) -> None:
+        super().__init__("When using `tool_choice`, `tools` must be set.", parameter="tool_choice")
+
+
+class InvalidToolChoiceError(ToolChoiceError):
+    """``tool_choice`` is neither "none", "auto", "required" nor a named function, or a named
+    function's ``function`` / ``name`` is malformed; vLLM's messages and parameter names."""
+
+
+class UnknownToolChoiceError(ToolChoiceError):
+    """The function ``tool_choice`` names is not one of ``tools``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The tool specified in `tool_choice` does not match any of the specified `tools`",
+            parameter="tool_choice",
+        )
+
+
+class ToolParsingUnavailableError(ToolChoiceError):
+    """``tool_choice`` needs tool calls parsed from the output and the server parses none.
+
+    vLLM's online renderer answers these with ``param`` null and no ``(parameter=...)`` suffix, so
+    the message is left bare (its exact wording) and ``parameter`` is stated here instead."""
+
+    @property
+    def parameter(self) -> str | None:
+        return "tool_choice"
+
+
+class AutoToolChoiceDisabledError(ToolParsingUnavailableError):
+    """``tool_choice`` "auto" (the default when tools are given) without ``ENABLE_AUTO_TOOL_CHOICE``
+    and ``TOOL_CALL_PARSER``."""
+
+    def __init__(self) -> None:
+        super().__init__('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+
+
+class ToolParserRequiredError(ToolParsingUnavailableError):
+    """``tool_choice`` "required" or a named function without a tool-call parser in use."""
+
+    def __init__(self, described: str) -> None:
+        super().__init__(f"tool_choice={described} requires --tool-call-parser to be set")

@@ -2,8 +2,8 @@
 
 A request's ``chat_params`` JSON bag is parsed with the same strictness as ``tokenize_params``:
 unknown fields and wrongly typed values are refused with a message naming the field. ``tools`` and
-``documents`` are kept as sent: vLLM's request model validates them with the messages
-(``request.validate_chat_request``), and its messages are the ones a client gets.
+``documents`` (and ``tool_choice``) are kept as sent: vLLM's request model validates them with the
+messages (``request.validate_chat_request``), and its messages are the ones a client gets.
 
 ``chat_template_kwargs`` may carry ``chat_template`` (a template, as vLLM takes it when the request
 names none) and ``tokenize`` (ignored: the renderer always returns text).
@@ -21,6 +21,7 @@ from ..errors import (
 )
 from ..request_json import check_depth
 from .content_format import CONTENT_FORMATS
+from .tool_choice import UNSET
 
 BAG = "chat_params"
 
@@ -57,6 +58,10 @@ class ChatParams:
 
     tools: Any = None
     """Tool definitions as sent (validated and normalized when the chat is rendered)."""
+
+    tool_choice: Any = UNSET
+    """``tool_choice`` as sent ("none", "auto", "required", a named function, null), or ``UNSET``
+    when not sent: vLLM then takes "auto" if tools are given (validated when rendered)."""
 
     documents: Any = None
     """Retrieval documents as sent, for templates that take them (validated when rendered)."""
@@ -181,6 +186,7 @@ _PARSERS = {
     "add_generation_prompt": _bool,
     "continue_final_message": _bool,
     "tools": _as_sent,
+    "tool_choice": _as_sent,
     "documents": _as_sent,
     "media_io_kwargs": _object_or_null,
     "mm_processor_kwargs": _object_or_null,

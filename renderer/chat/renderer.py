@@ -34,6 +34,7 @@ from .request import validate_chat_request
 from .sandbox import TemplateLimits
 from .template import ChatTemplateSource, resolve_chat_template
 from .template_worker import RequestTemplateLimits, TemplateWorker
+from .tool_choice import ToolChoicePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class ChatRenderer:
         trust_request_chat_template: bool = False,
         request_template_limits: RequestTemplateLimits = RequestTemplateLimits(),
         trust_request_mm_kwargs: bool = False,
+        tool_choice_policy: ToolChoicePolicy | None = None,
     ) -> None:
         self.source = source
         self.limits = limits
@@ -101,6 +103,9 @@ class ChatRenderer:
         # vLLM's --trust-request-mm-kwargs: off, per-request processor and media-loading kwargs
         # are refused (they change what preprocessing costs).
         self.trust_request_mm_kwargs = trust_request_mm_kwargs
+        # vLLM's online renderer refuses tool choices it cannot parse; its in-process renderer
+        # (None here) does not check.
+        self.tool_choice_policy = tool_choice_policy
         self.image_placeholder = image_placeholder
         # Items allowed per prompt and modality; a text-only model allows none (vLLM's limit 0).
         self.mm_limits = dict(mm_limits) if mm_limits is not None else None
@@ -112,7 +117,9 @@ class ChatRenderer:
 
     def render_messages(self, messages: Any, params: ChatParams) -> RenderedChat:
         """Render OpenAI chat ``messages``; raises a ``RenderError`` naming what was wrong."""
-        request = validate_chat_request(messages, params.tools, params.documents)
+        request = validate_chat_request(messages, params.tools, params.documents, params.tool_choice)
+        if self.tool_choice_policy is not None:  # before the template's trust, as in vLLM
+            self.tool_choice_policy.check(request.tool_choice)
         self._check_trust(params)
         self._check_mm_kwargs(params)
         if self._is_request_template(params.request_template):

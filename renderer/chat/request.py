@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
+from .tool_choice import UNSET, effective_tool_choice
 from ..request_json import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
 
 # --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
@@ -251,6 +252,19 @@ EMPTY_TOOLS_MESSAGE = parameter_suffix(
 )
 
 
+class ChatCompletionNamedFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+
+
+class ChatCompletionNamedToolChoiceParam(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    function: ChatCompletionNamedFunction
+    type: Literal["function"] = "function"
+
+
 class ChatRequestModel(BaseModel):
     """The fields of vLLM's ``ChatCompletionRequest`` that shape a render, in its field order."""
 
@@ -258,6 +272,9 @@ class ChatRequestModel(BaseModel):
 
     messages: list[ChatCompletionMessageParam]
     tools: list[ChatCompletionToolsParam] | None = None
+    tool_choice: Literal["none"] | Literal["auto"] | Literal["required"] | ChatCompletionNamedToolChoiceParam | None = (
+        "none"
+    )
     documents: list[dict[str, str]] | None = None
 
     @model_validator(mode="after")
@@ -313,16 +330,23 @@ class ValidatedChatRequest:
     documents: list[dict[str, str]] | None
     """Documents, or None."""
 
+    tool_choice: Any = "none"
+    """``tool_choice`` after vLLM's defaulting ("auto" when left out with tools): "none", "auto",
+    "required", a named function as a dict, or None."""
 
-def validate_chat_request(messages: Any, tools: Any = None, documents: Any = None) -> ValidatedChatRequest:
-    """Validate a chat's messages, tools and documents as vLLM's request model does.
+
+def validate_chat_request(
+    messages: Any, tools: Any = None, documents: Any = None, tool_choice: Any = UNSET
+) -> ValidatedChatRequest:
+    """Validate a chat's messages, tools, ``tool_choice`` (``UNSET``: not sent) and documents as
+    vLLM's request model does.
 
     Raises ``ChatRequestValidationError`` (or ``EmptyToolsError``) with vLLM's message, and
     ``RequestNestingError`` for input nested too deeply to walk (a 400, never a crash).
     """
     check_request_depth(messages, tools, documents)
     try:
-        return _validate(messages, tools, documents)
+        return _validate(messages, tools, documents, tool_choice)
     except RecursionError:  # a backstop: check_request_depth keeps validation far from the limit
         raise RequestNestingError(NESTING_MESSAGE) from None
 
@@ -358,19 +382,24 @@ def _tool_calls(message: Any) -> list[Any]:
     return list(calls) if isinstance(calls, (list, tuple)) else []
 
 
-def _validate(messages: Any, tools: Any, documents: Any) -> ValidatedChatRequest:
+def _validate(messages: Any, tools: Any, documents: Any, tool_choice: Any = UNSET) -> ValidatedChatRequest:
     body: dict[str, Any] = {"messages": json_copy(messages)}
     if tools is not None:
         body["tools"] = json_copy(tools)
     if documents is not None:
         body["documents"] = json_copy(documents)
     _prevalidate(body)
+    # vLLM's check_tool_usage, a "before" validator: on the tools as sent, after the empty-list check.
+    body["tool_choice"] = effective_tool_choice(body.get("tools"), tool_choice)
     try:
         model = ChatRequestModel.model_validate(body, from_attributes=True)  # as FastAPI validates bodies
     except ValidationError as e:
         raise ChatRequestValidationError(format_validation_error(e)) from None
     dumped_tools = None if model.tools is None else [t.model_dump() for t in model.tools]
-    return ValidatedChatRequest(list(model.messages), dumped_tools, model.documents)
+    choice = model.tool_choice
+    if isinstance(choice, BaseModel):
+        choice = choice.model_dump()
+    return ValidatedChatRequest(list(model.messages), dumped_tools, model.documents, choice)
 
 
 def content_parts(content: Iterable[Any]) -> list[Any]:

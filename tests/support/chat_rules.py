@@ -144,7 +144,7 @@ BAD_PARAMS = [
         UnknownFieldError,
         "Unknown field(s) in chat_params: bogus, temperature. "
         "Allowed fields: add_generation_prompt, chat_template, chat_template_content_format, chat_template_kwargs, "
-        "continue_final_message, documents, media_io_kwargs, mm_processor_kwargs, tools.",
+        "continue_final_message, documents, media_io_kwargs, mm_processor_kwargs, tool_choice, tools.",
     ),
     (
         {"add_generation_prompt": "yes"},

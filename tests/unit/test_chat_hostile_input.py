@@ -62,7 +62,7 @@ def deep_requests(levels: int) -> dict[str, tuple[list, dict | None]]:
     call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": _dumps(nested(levels))}}
     tool = {"type": "function", "function": {"name": "f", "parameters": nested(levels)}}
     return {
-        "tools": (HI, {"tools": [tool]}),
+        "tools": (HI, {"tools": [tool], "tool_choice": "none"}),  # vLLM refuses its default "auto" by default
         "documents": (HI, {"documents": [nested(levels)]}),
         "tool_call_arguments": (
             [*HI, {"role": "assistant", "content": "x", "tool_calls": [call]}],

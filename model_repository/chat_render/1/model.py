@@ -8,6 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer.chat.template_worker import RequestTemplateLimits
+from renderer.chat.tool_choice import ToolChoicePolicy
 from renderer.chat_stage import ChatStage
 from renderer.multimodal.media import MediaLimits
 from triton_io import tensors as io
@@ -25,6 +26,7 @@ class TritonPythonModel:
             trust_request_chat_template=io.flag(params, "trust_request_chat_template"),
             trust_request_mm_kwargs=io.flag(params, "trust_request_mm_kwargs"),
             request_template_limits=RequestTemplateLimits.from_config(params),
+            tool_choice_policy=ToolChoicePolicy.from_config(params),
         )
         # Compiles the model's template, and starts the request-template worker when trusted.
         self.stage.warmup()

@@ -1,0 +1,141 @@
+"""``tool_choice``: vLLM 0.32's defaulting and validation, and its refusal without a tool parser.
+
+Two places in vLLM decide it, and both are reproduced here:
+
+* its request model (``check_tool_usage``): ``tool_choice`` left out with ``tools`` given is
+  "auto"; anything but "none" or null needs ``tools``; only "none", "auto", "required" or a named
+  function that is one of ``tools`` is taken. Those errors end in ``(parameter=tool_choice...)``;
+* its online renderer: unless tool calls are parsed (``--enable-auto-tool-choice`` with a
+  ``--tool-call-parser``), "auto" is refused, and "required" or a named function too, each with
+  its own message (``param`` null there). vLLM's in-process renderer does not check this, so
+  neither does ``ChatRenderer`` unless it is given a ``ToolChoicePolicy`` (the server's stage is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import (
+    AutoToolChoiceDisabledError,
+    InvalidToolChoiceError,
+    ToolChoiceWithoutToolsError,
+    ToolParserRequiredError,
+    UnknownToolChoiceError,
+)
+from ..flags import parse_flag
+
+
+class _Unset:
+    """The type of ``UNSET``."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""``tool_choice`` the request did not send (vLLM tells it apart from an explicit null)."""
+
+_CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def effective_tool_choice(tools: Any, tool_choice: Any) -> Any:
+    """The ``tool_choice`` vLLM's request model validates and keeps: "auto" when left out with
+    ``tools`` given, its default "none" when left out without; else as sent. Raises vLLM's
+    ``tool_choice`` errors (an empty ``tools`` list is refused before, as ``EmptyToolsError``)."""
+    if tool_choice is UNSET:
+        return "auto" if tools else "none"
+    if tool_choice is None or tool_choice == "none":
+        return tool_choice
+    if tools is None:
+        raise ToolChoiceWithoutToolsError()
+    if not isinstance(tool_choice, Mapping):
+        if tool_choice not in ("auto", "required"):
+            raise InvalidToolChoiceError(
+                f"Invalid value for `tool_choice`: {tool_choice}! "
+                'Only named tools, "none", "auto" or "required" are supported.',
+                parameter="tool_choice",
+            )
+        return tool_choice
+    function = tool_choice.get("function")
+    if not isinstance(function, Mapping):
+        raise InvalidToolChoiceError(
+            f"Invalid value for `function`: `{function}` in `tool_choice`! {_CORRECT_USAGE}",
+            parameter="tool_choice.function",
+        )
+    if "name" not in function:
+        raise InvalidToolChoiceError(
+            f"Expected field `name` in `function` in `tool_choice`! {_CORRECT_USAGE}",
+            parameter="tool_choice.function.name",
+        )
+    name = function["name"]
+    if not isinstance(name, str) or not name:
+        raise InvalidToolChoiceError(
+            f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_CORRECT_USAGE}",
+            parameter="tool_choice.function.name",
+        )
+    if name not in _tool_names(tools):
+        raise UnknownToolChoiceError()
+    return tool_choice
+
+
+def _tool_names(tools: Any) -> list[Any]:
+    # Malformed tools are skipped here: the request model then reports them in pydantic's words.
+    if not isinstance(tools, list):
+        return []
+    return [
+        t["function"].get("name") for t in tools if isinstance(t, Mapping) and isinstance(t.get("function"), Mapping)
+    ]
+
+
+def tool_parser_names() -> tuple[str, ...]:
+    """The tool-call parsers this project has, by vLLM's names."""
+    from ..output_parsers.registry import TOOL_PARSER_NAMES
+
+    return TOOL_PARSER_NAMES
+
+
+@dataclass(frozen=True)
+class ToolChoicePolicy:
+    """The server's tool-call settings (vLLM's ``--enable-auto-tool-choice`` and
+    ``--tool-call-parser``); checked at start-up as vLLM checks its arguments."""
+
+    enable_auto_tool_choice: bool = False
+    """``ENABLE_AUTO_TOOL_CHOICE``: let the model decide when to call tools ("auto")."""
+
+    tool_call_parser: str = ""
+    """``TOOL_CALL_PARSER``: vLLM's name of the parser that reads tool calls from the output
+    ("hermes", "llama3_json", "mistral"); empty for none."""
+
+    def __post_init__(self) -> None:
+        if not self.enable_auto_tool_choice:
+            return  # vLLM reads the parser only with auto tool choice on
+        if not self.tool_call_parser:
+            raise ValueError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+        names = tool_parser_names()
+        if self.tool_call_parser not in names:
+            raise ValueError(f"invalid tool call parser: {self.tool_call_parser} (chose from {{ {','.join(names)} }})")
+
+    @classmethod
+    def from_config(cls, params: Mapping[str, str]) -> "ToolChoicePolicy":
+        """From a model config's ``parameters`` (absent ones take the defaults)."""
+        return cls(
+            enable_auto_tool_choice=parse_flag(params.get("enable_auto_tool_choice") or "false"),
+            tool_call_parser=params.get("tool_call_parser") or "",
+        )
+
+    @property
+    def parser(self) -> str | None:
+        """The tool-call parser in use: vLLM builds one only with auto tool choice on."""
+        return self.tool_call_parser if self.enable_auto_tool_choice else None
+
+    def check(self, tool_choice: Any) -> None:
+        """Refuse a (validated) ``tool_choice`` the server cannot honour without a parser."""
+        if self.parser is not None or tool_choice is None or tool_choice == "none":
+            return
+        if tool_choice == "auto":
+            raise AutoToolChoiceDisabledError()
+        if isinstance(tool_choice, Mapping):
+            raise ToolParserRequiredError(f'function "{tool_choice["function"]["name"]}"')
+        raise ToolParserRequiredError(f'"{tool_choice}"')
