@@ -15,14 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from renderer.engine_request import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar
-from renderer.errors import InvalidParamsError, TensorError
-
-
-class UnsupportedEngineInputError(InvalidParamsError):
-    """An input asks for something this engine does not do."""
-
-    def __init__(self, name: str, value: object, what: str) -> None:
-        super().__init__(f"Input '{name}'={value} is not supported: {what}.")
+from renderer.errors import MissingInputError, TensorError, UnsupportedInputError, ValueRangeError
 
 
 @dataclass(frozen=True)
@@ -105,37 +98,45 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
     for name, default, what in _UNSUPPORTED:
         value = read_scalar(get, name, type(default), default)
         if value != default:
-            raise UnsupportedEngineInputError(name, value, what)
+            raise UnsupportedInputError(name, what, value)
     ids = _ids(get, "input_ids")
     if ids is None:
-        raise TensorError("Input 'input_ids' is required.")
+        raise MissingInputError("input_ids")
     table = get("prompt_embedding_table")
     if table is not None and table.size:
         rows = read_scalar(get, "prompt_vocab_size", int, None)
         if rows is not None and rows != table.shape[0]:
             raise TensorError(
-                f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table."
+                f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table.",
+                parameter="prompt_vocab_size",
             )
         embeds = prompt_rows(ids, table.astype(np.float32), vocab_size)
     else:
         if any(i >= vocab_size or i < 0 for i in ids):
-            raise TensorError(f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.")
+            raise TensorError(
+                f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.", parameter="input_ids"
+            )
         embeds = None
     declared = read_scalar(get, "input_lengths", int, None)
     if declared is not None and declared != len(ids):
-        raise TensorError(f"input_lengths={declared} does not match the {len(ids)} ids given.")
+        raise TensorError(
+            f"input_lengths={declared} does not match the {len(ids)} ids given.", parameter="input_lengths"
+        )
     decoder_ids = _ids(get, "decoder_input_ids") if encoder_decoder else None
     if encoder_decoder:
         if not decoder_ids:
-            raise TensorError("Input 'decoder_input_ids' is required by an encoder-decoder engine.")
+            raise MissingInputError("decoder_input_ids", "by an encoder-decoder engine")
         n_dec = read_scalar(get, "decoder_input_lengths", int, None)
         if n_dec is not None and n_dec != len(decoder_ids):
-            raise TensorError(f"decoder_input_lengths={n_dec} does not match the {len(decoder_ids)} ids given.")
+            raise TensorError(
+                f"decoder_input_lengths={n_dec} does not match the {len(decoder_ids)} ids given.",
+                parameter="decoder_input_lengths",
+            )
     max_tokens = read_scalar(get, "request_output_len", int, None)
     if max_tokens is None:
-        raise TensorError("Input 'request_output_len' is required.")
+        raise MissingInputError("request_output_len")
     if max_tokens < 1:
-        raise InvalidParamsError(f"request_output_len must be at least 1, got {max_tokens}.")
+        raise ValueRangeError("request_output_len", "at least 1", max_tokens)
     seed = read_scalar(get, "seed", int, None)
     images = {n: a for n in ENGINE_IMAGE_INPUTS if (a := get(n)) is not None and a.size}
     return EngineRequest(
@@ -144,7 +145,7 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
         max_tokens=max_tokens,
         end_id=read_scalar(get, "end_id", int, -1),
         stop_words=tuple(decode_word_list(get("stop_words_list"))),
-        bad_words=tuple(decode_word_list(get("bad_words_list"))),
+        bad_words=tuple(decode_word_list(get("bad_words_list"), "bad_words_list")),
         temperature=read_scalar(get, "temperature", float, 1.0),
         top_k=read_scalar(get, "runtime_top_k", int, 0),
         top_p=read_scalar(get, "runtime_top_p", float, 1.0),

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import EmbedsError, InvalidParamsError, TensorError
+from .errors import EmbedsError, InvalidParamsError, TensorShapeError, short
 from .sampling import SamplingParams
 
 Getter = Callable[[str], "np.ndarray | None"]
@@ -29,7 +29,7 @@ def read_scalar(get: Getter, name: str, kind: type, default: Any = None) -> Any:
     if arr is None:
         return default
     if arr.size != 1:
-        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+        raise TensorShapeError(name, "hold exactly one element", arr.size)
     return kind(arr.reshape(-1)[0])
 
 
@@ -175,19 +175,21 @@ def encode_word_list(words: Iterable[Sequence[int]]) -> np.ndarray:
     return out
 
 
-def decode_word_list(arr: np.ndarray | None) -> list[tuple[int, ...]]:
+def decode_word_list(arr: np.ndarray | None, name: str = "stop_words_list") -> list[tuple[int, ...]]:
     """The words of a ``[2, L]`` word list (the inverse of ``encode_word_list``)."""
     if arr is None or arr.size == 0:
         return []
     if arr.ndim != 2 or arr.shape[0] != 2:
-        raise InvalidParamsError(f"A word list must have shape [2, L], got {list(arr.shape)}.")
+        raise TensorShapeError(name, "have shape [2, L] (a word list)", list(arr.shape))
     flat, ends = arr[0].tolist(), arr[1].tolist()
     words, start = [], 0
     for end in ends:
         if end < 0:
             break
         if not start < end <= len(flat):
-            raise InvalidParamsError(f"Word list offsets must increase within the {len(flat)} ids, got {ends}.")
+            raise InvalidParamsError(
+                f"Word list offsets must increase within the {len(flat)} ids, got {short(ends)}.", parameter=name
+            )
         words.append(tuple(flat[start:end]))
         start = end
     return words
@@ -298,12 +300,14 @@ def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) ->
         return None
     if not all(fake):
         raise InvalidParamsError(
-            "input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other."
+            "input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other.",
+            parameter="input_ids",
         )
     rows = [i - vocab_size for i in input_ids]
     if max(rows) >= table.shape[0]:
         raise InvalidParamsError(
-            f"input_ids refers to prompt-table row {max(rows)}, but the table has {table.shape[0]} rows."
+            f"input_ids refers to prompt-table row {max(rows)}, but the table has {table.shape[0]} rows.",
+            parameter="input_ids",
         )
     return table[rows]
 

@@ -53,15 +53,27 @@ class InvalidParamsError(RenderError):
 
 
 class UnknownFieldError(InvalidParamsError):
+    """Fields a bag does not take; the parameter is the first of them."""
+
     def __init__(self, bag: str, names: list[str], allowed: list[str]) -> None:
         super().__init__(
-            f"Unknown field(s) in {bag}: {', '.join(sorted(names))}. Allowed fields: {', '.join(sorted(allowed))}."
+            f"Unknown field(s) in {bag}: {', '.join(sorted(names))}. Allowed fields: {', '.join(sorted(allowed))}.",
+            parameter=sorted(names)[0],
         )
 
 
 class FieldTypeError(InvalidParamsError):
+    """A field of a bag (or the bag itself, ``bag="request"``) of the wrong type or out of range."""
+
     def __init__(self, bag: str, name: str, expected: str, value: object) -> None:
-        super().__init__(f"{bag}.{name} must be {expected}, got {type(value).__name__} {_short(value)}.")
+        super().__init__(f"{bag}.{name} must be {expected}, got {type(value).__name__} {short(value)}.", parameter=name)
+
+
+class ValueRangeError(InvalidParamsError):
+    """A number outside what its parameter takes, in vLLM's shape: ``<name> must be <rule>, got <value>.``"""
+
+    def __init__(self, parameter: str, rule: str, value: object) -> None:
+        super().__init__(f"{parameter} must be {rule}, got {value}.", parameter=parameter, value=value)
 
 
 class InvalidJSONError(InvalidParamsError):
@@ -74,8 +86,10 @@ class TruncationSizeError(InvalidParamsError):
 
 
 class TruncationSideError(InvalidParamsError):
-    def __init__(self) -> None:
-        super().__init__("`truncation_side` must be either 'left' or 'right'.")
+    def __init__(self, value: object) -> None:
+        super().__init__(
+            "`truncation_side` must be either 'left' or 'right'.", parameter="truncation_side", value=str(value)[:60]
+        )
 
 
 class OutputTokensError(InvalidParamsError):
@@ -128,7 +142,41 @@ class TensorError(RenderError):
     """An input tensor has the wrong dtype, shape or batch size."""
 
 
-def _short(value: object, limit: int = 60) -> str:
+class MissingInputError(TensorError):
+    """A required input tensor is absent."""
+
+    def __init__(self, name: str, when: str = "") -> None:
+        super().__init__(f"Input '{name}' is required{' ' + when if when else ''}.", parameter=name)
+
+
+class TensorShapeError(TensorError):
+    """An input tensor of the wrong size or shape: what it must hold and what it held."""
+
+    def __init__(self, name: str, expected: str, got: object) -> None:
+        super().__init__(f"Input '{name}' must {expected}, got {got}.", parameter=name)
+
+
+# --- TensorRT-LLM's tensors (the ``ensemble`` front and the engines) ----------------------------
+
+
+class UnsupportedInputError(InvalidParamsError):
+    """A TensorRT-LLM input this server, or the engine behind it, does not serve."""
+
+    def __init__(self, name: str, why: str, value: object = None) -> None:
+        got = "" if value is None else f" (got {short(value)})"
+        super().__init__(f"Input '{name}' is not supported by this server: {why}{got}.", parameter=name)
+
+
+class EngineError(RenderError):
+    """The engine refused the request: its own message, a client error."""
+
+
+class EngineFaultError(RuntimeError):
+    """The engine failed the request: an internal error, not the client's."""
+
+
+def short(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: safe to echo in a message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -293,8 +341,18 @@ class EmptyMessagesError(InvalidMessagesError):
         super().__init__("messages is empty: send a JSON array of chat messages.")
 
 
-class MaxTokensError(InvalidParamsError):
-    """A generation request without ``max_tokens``, or with fewer than one (vLLM's wording)."""
+class MaxTokensError(ValueRangeError):
+    """``max_tokens`` below one (vLLM's wording)."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__("max_tokens", "at least 1", value)
+
+
+class MissingMaxTokensError(MissingInputError):
+    """A generation request without ``max_tokens``."""
+
+    def __init__(self) -> None:
+        super().__init__("max_tokens", "for generation")
 
 
 class LengthLimitError(TensorError):

@@ -19,14 +19,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from .engine_request import GenerationResolver
-from .errors import MaxTokensError
+from .errors import MissingMaxTokensError
 from .sampling import SamplingParams, check_max_tokens
 
 
 def require_max_tokens(max_tokens: int | None) -> int:
     """``max_tokens`` of a generation request: present and at least 1."""
     if max_tokens is None:
-        raise MaxTokensError("Input 'max_tokens' is required for generation.")
+        raise MissingMaxTokensError()
     check_max_tokens(max_tokens)
     return int(max_tokens)
 

@@ -76,17 +76,21 @@ class TokenizeParams:
         if total is not None and out > total:
             raise OutputTokensError(
                 f"{self.max_output_tokens_param}={out} cannot be greater than "
-                f"{self.max_total_tokens_param}={total}. Please request fewer output tokens."
+                f"{self.max_total_tokens_param}={total}. Please request fewer output tokens.",
+                parameter=self.max_output_tokens_param,
+                value=out,
             )
         trunc = self.truncate_prompt_tokens
         if inp is not None and trunc is not None and trunc > inp:
             raise TruncationSizeError(
                 f"{self.truncate_prompt_tokens_param}={trunc} cannot be greater than "
                 f"{self.max_total_tokens_param} - {self.max_output_tokens_param} = {inp}. "
-                f"Please request a smaller truncation size."
+                f"Please request a smaller truncation size.",
+                parameter=self.truncate_prompt_tokens_param,
+                value=trunc,
             )
         if self.truncation_side is not None and self.truncation_side not in TRUNCATION_SIDES:
-            raise TruncationSideError()
+            raise TruncationSideError(self.truncation_side)
 
     # --- derived values -------------------------------------------------------------------
 
@@ -165,7 +169,9 @@ class TokenizeParams:
         if n is None or n <= len(ids):
             return ids
         if pad_id is None:
-            raise InvalidParamsError("pad_prompt_tokens needs a tokenizer with a pad token.")
+            raise InvalidParamsError(
+                "pad_prompt_tokens needs a tokenizer with a pad token.", parameter="pad_prompt_tokens"
+            )
         keep = self.truncation_length
         if keep is None:
             self.check_length(n, at_least=at_least)
@@ -231,7 +237,7 @@ class TokenizeParams:
                     raise FieldTypeError("tokenize_params", name, kind, value)
             elif name == "truncation_side":
                 if value not in TRUNCATION_SIDES:
-                    raise TruncationSideError()
+                    raise TruncationSideError(value)
             changes[name] = value
         _check_ranges(changes, max_model_len)
         return replace(self, **changes)
@@ -307,7 +313,9 @@ def _check_ranges(changes: dict[str, Any], max_model_len: int | None) -> None:
         if max_model_len is not None and total > max_model_len:
             raise InvalidParamsError(
                 f"max_total_tokens={total} cannot be greater than the model's maximum context "
-                f"length of {max_model_len} tokens."
+                f"length of {max_model_len} tokens.",
+                parameter="max_total_tokens",
+                value=total,
             )
     if changes.get("max_output_tokens", 0) < 0:
         raise FieldTypeError(

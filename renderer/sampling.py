@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import FieldTypeError, InvalidParamsError, MaxTokensError, UnknownFieldError
+from .errors import FieldTypeError, InvalidParamsError, MaxTokensError, UnknownFieldError, ValueRangeError, short
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
@@ -81,19 +81,24 @@ class SamplingParams:
             raise FieldTypeError("sampling_params", "stop", "a non-empty string or a list of them", stop)
         if len(stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stop):
             raise InvalidParamsError(
-                f"stop takes at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters."
+                f"stop takes at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters.",
+                parameter="stop",
             )
         stop_ids = bag.get("stop_token_ids") or []
         if not isinstance(stop_ids, list) or not all(_is_int(i) and i >= 0 for i in stop_ids):
-            raise InvalidParamsError(f"stop_token_ids must contain only integers, got {stop_ids}.")
+            raise InvalidParamsError(
+                f"stop_token_ids must contain only integers, got {short(stop_ids)}.", parameter="stop_token_ids"
+            )
         if len(stop_ids) > MAX_STOP_TOKEN_IDS:
-            raise InvalidParamsError(f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids.")
+            raise InvalidParamsError(
+                f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids.", parameter="stop_token_ids"
+            )
         seed = bag.get("seed")
         if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
             raise FieldTypeError("sampling_params", "seed", "an integer in [0, 2**63)", seed)
         top_k = bag.get("top_k", 0)
         if not _is_int(top_k):
-            raise InvalidParamsError(f"top_k must be an integer, got {type(top_k).__name__}")
+            raise InvalidParamsError(f"top_k must be an integer, got {type(top_k).__name__}", parameter="top_k")
         min_tokens = bag.get("min_tokens", 0)
         if not _is_int(min_tokens):
             raise FieldTypeError("sampling_params", "min_tokens", "an integer", min_tokens)
@@ -118,37 +123,35 @@ class SamplingParams:
     def verify(self, max_tokens: int | None = None) -> None:
         """vLLM's range checks, in its order and wording."""
         if not -2.0 <= self.presence_penalty <= 2.0:
-            raise InvalidParamsError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+            raise ValueRangeError("presence_penalty", "in [-2, 2]", self.presence_penalty)
         if not -2.0 <= self.frequency_penalty <= 2.0:
-            raise InvalidParamsError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+            raise ValueRangeError("frequency_penalty", "in [-2, 2]", self.frequency_penalty)
         if not math.isfinite(self.repetition_penalty):
-            raise InvalidParamsError(f"repetition_penalty must be a finite number, got {self.repetition_penalty}.")
+            raise ValueRangeError("repetition_penalty", "a finite number", self.repetition_penalty)
         if self.repetition_penalty <= 0.0:
-            raise InvalidParamsError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
+            raise ValueRangeError("repetition_penalty", "greater than zero", self.repetition_penalty)
         if not math.isfinite(self.temperature):
-            raise InvalidParamsError(f"temperature must be a finite number, got {self.temperature}.")
+            raise ValueRangeError("temperature", "a finite number", self.temperature)
         if self.temperature < 0.0:
-            raise InvalidParamsError(f"temperature must be non-negative, got {self.temperature}.")
+            raise ValueRangeError("temperature", "non-negative", self.temperature)
         if self.temperature > 2.0:
-            raise InvalidParamsError(f"temperature must be in [0, 2], got {self.temperature}.")
+            raise ValueRangeError("temperature", "in [0, 2]", self.temperature)
         if not 0.0 < self.top_p <= 1.0:
-            raise InvalidParamsError(f"top_p must be in (0, 1], got {self.top_p}.")
+            raise ValueRangeError("top_p", "in (0, 1]", self.top_p)
         if self.top_k < 0:
-            raise InvalidParamsError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
+            raise ValueRangeError("top_k", "0 (disable), or at least 1", self.top_k)
         if max_tokens is not None:
             check_max_tokens(max_tokens)
         if self.min_tokens < 0:
-            raise InvalidParamsError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+            raise ValueRangeError("min_tokens", "greater than or equal to 0", self.min_tokens)
         if max_tokens is not None and self.min_tokens > max_tokens:
-            raise InvalidParamsError(
-                f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {self.min_tokens}."
-            )
+            raise ValueRangeError("min_tokens", f"less than or equal to max_tokens={max_tokens}", self.min_tokens)
 
 
 def check_max_tokens(max_tokens: int) -> None:
     """vLLM's rule for a given ``max_tokens``; the one place it is written."""
     if max_tokens < 1:
-        raise MaxTokensError(f"max_tokens must be at least 1, got {max_tokens}.")
+        raise MaxTokensError(max_tokens)
 
 
 # The sampling_params fields, vLLM's names; the HTTP front forwards exactly these.

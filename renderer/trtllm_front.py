@@ -14,15 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine_request import Getter, read_scalar
-from .errors import InvalidParamsError, TensorError
+from .errors import MissingInputError, TensorError, UnsupportedInputError
 from .sampling import SamplingParams
-
-
-class UnsupportedInputError(InvalidParamsError):
-    """A TensorRT-LLM input this server does not serve."""
-
-    def __init__(self, name: str, why: str) -> None:
-        super().__init__(f"Input '{name}' is not supported by this server: {why}.")
 
 
 @dataclass(frozen=True)
@@ -60,7 +53,7 @@ def _strings(get: Getter, name: str) -> tuple[str, ...]:
         try:
             s = x.decode() if isinstance(x, bytes) else str(x)
         except UnicodeDecodeError:
-            raise TensorError(f"Input '{name}' is not valid UTF-8.") from None
+            raise TensorError(f"Input '{name}' is not valid UTF-8.", parameter=name) from None
         if s:
             out.append(s)
     return tuple(out)
@@ -75,10 +68,10 @@ def parse_front_request(get: Getter) -> FrontRequest:
     for name, default, why in _REFUSED_UNLESS_DEFAULT:
         value = read_scalar(get, name, type(default))
         if value is not None and value != default:
-            raise UnsupportedInputError(name, f"{why} (got {value})")
+            raise UnsupportedInputError(name, why, value)
     max_tokens = read_scalar(get, "max_tokens", int)
     if max_tokens is None:
-        raise TensorError("Input 'max_tokens' is required.")
+        raise MissingInputError("max_tokens")
     top_k = read_scalar(get, "top_k", int) or 0
     top_p = read_scalar(get, "top_p", float) or 0.0
     temperature = read_scalar(get, "temperature", float)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from renderer.errors import RenderError, TensorError
+from renderer.errors import RenderError, TensorError, TensorShapeError
 from renderer.flags import parse_flag
 from renderer.prompts import decode_utf8
 from renderer.request_json import parse_json
@@ -54,11 +54,11 @@ def get(request: Any, name: str) -> np.ndarray | None:
     arr = t.as_numpy()
     size = sum(len(x) for x in arr.reshape(-1)) if arr.dtype == np.object_ else arr.nbytes
     if size > MAX_INPUT_BYTES:
-        raise TensorError(f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.")
-    if arr.ndim == 0 or arr.shape[0] != 1:
         raise TensorError(
-            f"Input '{name}' must have batch size 1 (one prompt per request), got shape {list(arr.shape)}."
+            f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.", parameter=name
         )
+    if arr.ndim == 0 or arr.shape[0] != 1:
+        raise TensorShapeError(name, "have batch size 1 (one prompt per request)", f"shape {list(arr.shape)}")
     return arr[0]
 
 
@@ -67,7 +67,7 @@ def get_bytes(request: Any, name: str) -> bytes | None:
     if arr is None:
         return None
     if arr.size != 1:
-        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+        raise TensorShapeError(name, "hold exactly one element", arr.size)
     value = arr.reshape(-1)[0]
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -90,7 +90,7 @@ def get_scalar(request: Any, name: str, kind: type = int) -> Any:
     if arr is None:
         return None
     if arr.size != 1:
-        raise TensorError(f"Input '{name}' must hold exactly one element, got {arr.size}.")
+        raise TensorShapeError(name, "hold exactly one element", arr.size)
     return kind(arr.reshape(-1)[0])
 
 
@@ -105,7 +105,7 @@ def get_ids(request: Any, name: str) -> list[int] | None:
     if arr is None:
         return None
     if arr.ndim != 1:
-        raise TensorError(f"Input '{name}' must be a 1-D list of token ids per request, got shape {list(arr.shape)}.")
+        raise TensorShapeError(name, "be a 1-D list of token ids per request", f"shape {list(arr.shape)}")
     return arr.astype(np.int64).tolist()
 
 

@@ -26,6 +26,7 @@ from renderer.errors import (
     InvalidParamsError,
     LengthLimitError,
     MaxTokensError,
+    MissingMaxTokensError,
     MultiModalLimitError,
     PromptTooLongError,
     UntrustedMultiModalKwargsError,
@@ -124,18 +125,19 @@ def resolver(model_dir):
 
 
 @pytest.mark.parametrize(
-    "value, message",
+    "value, error, message",
     [
-        (None, "Input 'max_tokens' is required for generation."),
-        (0, "max_tokens must be at least 1, got 0."),
-        (-3, "max_tokens must be at least 1, got -3."),
+        (None, MissingMaxTokensError, "Input 'max_tokens' is required for generation. (parameter=max_tokens)"),
+        # vLLM's own text, suffix included (str(VLLMValidationError) in SamplingParams._verify_args).
+        (0, MaxTokensError, "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"),
+        (-3, MaxTokensError, "max_tokens must be at least 1, got -3. (parameter=max_tokens, value=-3)"),
     ],
 )
-def test_max_tokens_is_required_and_positive(value, message):
-    with pytest.raises(MaxTokensError) as e:
+def test_max_tokens_is_required_and_positive(value, error, message):
+    with pytest.raises(error) as e:
         require_max_tokens(value)
-    assert str(e.value) == message
-    with pytest.raises(MaxTokensError):
+    assert str(e.value) == message and e.value.parameter == "max_tokens"
+    with pytest.raises(error):
         GenerationRequest.from_fields(value, None, False)
 
 

@@ -30,6 +30,7 @@ from renderer.errors import (
     ChatTemplateRenderError,
     ChatTemplateResolutionError,
     ContinueFinalMessageError,
+    GenerationPromptConflictError,
     InvalidParamsError,
     MultiModalPlaceholderError,
     RenderError,
@@ -359,7 +360,12 @@ def test_request_template_sources():
 def test_chat_params_errors(bag, error, message):
     with pytest.raises(error) as e:
         ChatParams.from_request(bag)
-    assert str(e.value) == message
+    parameter = e.value.parameter
+    if parameter is None:  # vLLM's pydantic validators name none (the two-field conflicts)
+        assert isinstance(e.value, GenerationPromptConflictError) and str(e.value) == message
+    else:  # the message, then the field it is about in vLLM's form: the parameter crosses Triton in it
+        assert str(e.value) == f"{message} (parameter={parameter})"
+        assert parameter in (bag if isinstance(bag, dict) else {}) or parameter == "chat_params"
     assert isinstance(e.value, InvalidParamsError)
 
 

@@ -35,7 +35,7 @@ from renderer.engine_request import (
     prompt_rows,
     prompt_table_tensors,
 )
-from renderer.errors import EmbedsError, InvalidParamsError
+from renderer.errors import EmbedsError, InvalidParamsError, TensorShapeError
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = ROOT / "model_repository"
@@ -186,10 +186,12 @@ def test_word_list_is_tensorrt_llms_format():
     assert decode_word_list(arr) == [(5, 6), (7,)]
     assert encode_word_list([]).tolist() == [[0], [-1]]  # what TensorRT-LLM's preprocessing sends
     assert decode_word_list(encode_word_list([])) == []
-    with pytest.raises(InvalidParamsError, match=r"shape \[2, L\]"):
+    with pytest.raises(TensorShapeError, match=r"shape \[2, L\]") as e:
         decode_word_list(np.zeros((3, 2), np.int32))
-    with pytest.raises(InvalidParamsError, match="offsets must increase"):
-        decode_word_list(np.array([[1, 2], [2, 1]], np.int32))
+    assert e.value.parameter == "stop_words_list"
+    with pytest.raises(InvalidParamsError, match="offsets must increase") as e:
+        decode_word_list(np.array([[1, 2], [2, 1]], np.int32), "bad_words_list")
+    assert e.value.parameter == "bad_words_list"
 
 
 def test_prompt_table_uses_fake_ids_past_the_vocabulary():

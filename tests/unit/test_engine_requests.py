@@ -10,9 +10,9 @@ import pytest
 
 from engines import trtllm_inputs
 from renderer.engine_request import GenerationResolver, StopPolicy, decode_word_list
-from renderer.errors import InvalidParamsError, TensorError
+from renderer.errors import InvalidParamsError, TensorError, UnsupportedInputError
 from renderer.sampling import SamplingParams
-from renderer.trtllm_front import UnsupportedInputError, parse_front_request
+from renderer.trtllm_front import parse_front_request
 
 
 def getter(**tensors):
@@ -147,8 +147,11 @@ def test_engine_reads_tensorrt_llm_tensors():
 
 def test_engine_refusals():
     base = dict(input_ids=[1, 2], input_lengths=[2], request_output_len=[5])
-    with pytest.raises(InvalidParamsError, match="Input 'beam_width'=2 is not supported"):
+    with pytest.raises(
+        UnsupportedInputError, match=r"Input 'beam_width' is not supported by this server: .* \(got 2\)"
+    ) as e:
         trtllm_inputs.parse(getter(**base, beam_width=[2]), vocab_size=100)
+    assert e.value.parameter == "beam_width"
     with pytest.raises(TensorError, match="input_lengths=3 does not match the 2 ids given"):
         trtllm_inputs.parse(getter(**{**base, "input_lengths": [3]}), vocab_size=100)
     with pytest.raises(TensorError, match=r"input_ids must be in \[0, 100\)"):

@@ -36,13 +36,19 @@ def test_truncation_over_max_input_uses_vllm_wording():
         params(max_output_tokens=10, truncate_prompt_tokens=91)
     assert str(e.value) == (
         "truncate_prompt_tokens=91 cannot be greater than max_total_tokens - max_output_tokens = 90. "
-        "Please request a smaller truncation size."
+        "Please request a smaller truncation size. (parameter=truncate_prompt_tokens, value=91)"
     )
+    assert e.value.parameter == "truncate_prompt_tokens"
 
 
 def test_bad_truncation_side():
-    with pytest.raises(TruncationSideError, match=r"^`truncation_side` must be either 'left' or 'right'\.$"):
+    with pytest.raises(TruncationSideError) as e:
         params(truncation_side="middle")
+    # vLLM's text, its parameter and value after it (renderers/params.py, TokenizeParams.__post_init__).
+    assert (
+        str(e.value) == "`truncation_side` must be either 'left' or 'right'. (parameter=truncation_side, value=middle)"
+    )
+    assert e.value.parameter == "truncation_side"
 
 
 @pytest.mark.parametrize("trunc, expected", [(None, 91), (-1, 90), (5, 5), (0, 0)])

@@ -38,7 +38,7 @@ import triton_python_backend_utils as pb_utils
 
 from renderer.detokenizer import IncrementalDetokenizer
 from renderer.engine_request import ENGINE_IMAGE_INPUTS, FORWARDED, prompt_table_tensors
-from renderer.errors import RenderError
+from renderer.errors import EngineError, EngineFaultError
 from renderer.model_info import ModelInfo
 from renderer.tokenizer import Tokenizer
 from triton_io import tensors as io
@@ -49,14 +49,6 @@ OUT = io.StageOutputs("detokenize")
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
-
-
-class EngineError(RenderError):
-    """The engine refused the request (its own message, a client error)."""
-
-
-class EngineFaultError(RuntimeError):
-    """The engine failed the request (an internal error)."""
 
 
 class TritonPythonModel:

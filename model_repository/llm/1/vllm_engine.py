@@ -35,7 +35,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs
-from renderer.errors import RenderError
+from renderer.errors import RenderError, UnsupportedInputError
 from triton_io.outbox import ResponseOutbox
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -127,8 +127,8 @@ class VllmEngineModel:
                 return
             req = trtllm_inputs.parse(lambda n: self._get(request, n), self.vocab_size, request_id=request.request_id())
             if req.images:
-                raise trtllm_inputs.UnsupportedEngineInputError(
-                    "pixel_values", "images", "this server's vLLM engine serves text prompts (docs/ENGINES.md)"
+                raise UnsupportedInputError(
+                    "pixel_values", "this server's vLLM engine serves text prompts (docs/ENGINES.md)"
                 )
             await self._generate(request, sender, req)
         except Exception as e:  # noqa: BLE001 - the error goes to this request only
