@@ -14,6 +14,8 @@ from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from renderer.errors import RenderError
+
 from . import responses as out
 from .body import DEFAULT_MAX_BODY_BYTES, read_body
 from .requests import FrontError, ModelCard
@@ -50,6 +52,7 @@ def create_app(
     app = FastAPI(title="Triton renderer: OpenAI- and vLLM-compatible front", docs_url=None, redoc_url=None)
 
     app.add_exception_handler(FrontError, front_error)
+    app.add_exception_handler(RenderError, refused)
     app.add_exception_handler(Exception, fault)
 
     async def body_of(request: Request) -> dict[str, Any]:
@@ -110,6 +113,11 @@ async def front_error(_: Request, e: FrontError) -> JSONResponse:
     """A refusal (or Triton away) in OpenAI's error shape; a 503 says when to retry."""
     headers = {"Retry-After": str(RETRY_AFTER_S)} if e.status == HTTPStatus.SERVICE_UNAVAILABLE else None
     return JSONResponse(out.error_body(e.message, e.status, e.param), status_code=e.status, headers=headers)
+
+
+async def refused(request: Request, e: RenderError) -> JSONResponse:
+    """A request a rule refused (``renderer.errors``): a 4xx whose ``param`` is the field it names."""
+    return await front_error(request, FrontError.of(e))
 
 
 async def fault(_: Request, e: Exception) -> JSONResponse:

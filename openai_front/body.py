@@ -10,36 +10,12 @@ body that is not an object. Before these checks, the last three were 500s.
 from __future__ import annotations
 
 import json
-from http import HTTPStatus
 from typing import Any, AsyncIterator
 
-from .requests import FrontError
+from renderer.errors import BodyNestingError, BodyNotJSONError, BodyNotObjectError, BodyTooLargeError
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """The launcher passes MAX_INPUT_BYTES, the ensembles' own limit per input tensor."""
-
-
-class BodyTooLargeError(FrontError):
-    """The body is larger than the front takes."""
-
-    def __init__(self, size: int, limit: int, declared: bool) -> None:
-        said = "declares" if declared else "has at least"
-        super().__init__(
-            f"The request body {said} {size} bytes, more than the limit of {limit} bytes.",
-            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-        )
-
-
-class BodyNotJSONError(FrontError):
-    """The body is not strict JSON (or not UTF-8, or holds text no Unicode string can)."""
-
-
-class BodyNestingError(FrontError):
-    """The body nests arrays and objects deeper than it can be parsed."""
-
-
-class BodyNotObjectError(FrontError):
-    """The body is JSON, but not an object."""
 
 
 def _refuse_constant(name: str) -> Any:
@@ -47,7 +23,7 @@ def _refuse_constant(name: str) -> Any:
 
 
 async def read_body(chunks: AsyncIterator[bytes], declared_length: str | None, limit: int) -> dict[str, Any]:
-    """The body of one request as a JSON object; a named ``FrontError`` otherwise."""
+    """The body of one request as a JSON object; a named ``RequestBodyError`` otherwise."""
     if declared_length is not None and declared_length.strip().isdigit() and int(declared_length) > limit:
         raise BodyTooLargeError(int(declared_length), limit, declared=True)
     parts, size = [], 0

@@ -18,17 +18,31 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from renderer.errors import (
+    BodyNotObjectError,
+    FrontRequestError,
+    RenderError,
+    UnknownModelError,
+    UnsupportedFieldError,
+)
 from renderer.sampling import SAMPLING_FIELDS
 
 
 class FrontError(Exception):
-    """A request the front answers with an OpenAI-shaped error."""
+    """An OpenAI-shaped error answer: its message, HTTP status and ``param``. The front's request
+    rules raise ``renderer.errors`` types (``FrontRequestError`` and the stages' own); this is what
+    any of them, or a failed call into Triton, is answered as."""
 
     def __init__(self, message: str, status: int = HTTPStatus.BAD_REQUEST, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = int(status)
         self.param = param
+
+    @classmethod
+    def of(cls, e: RenderError) -> "FrontError":
+        """A refused request's answer: a 400 (or the front's own status) naming its parameter."""
+        return cls(str(e), getattr(e, "status", HTTPStatus.BAD_REQUEST), e.parameter)
 
 
 # chat_params fields (vLLM's request fields that shape the rendered chat).
@@ -127,20 +141,20 @@ def _json(value: Any) -> np.ndarray:
 def check_model(body: Mapping[str, Any], card: ModelCard) -> None:
     model = body.get("model")
     if model is not None and model != card.name:
-        raise FrontError(f"The model `{model}` does not exist.", HTTPStatus.NOT_FOUND, "model")
+        raise UnknownModelError(model)
 
 
 def _common(body: Mapping[str, Any], card: ModelCard) -> None:
     if not isinstance(body, Mapping):
-        raise FrontError("The request body must be a JSON object.")
+        raise BodyNotObjectError("The request body must be a JSON object.")
     check_model(body, card)
     n = body.get("n", 1)
     if n != 1:
-        raise FrontError(f"n must be 1: this server returns one choice per request, got {n!r}.", param="n")
+        raise FrontRequestError(f"n must be 1: this server returns one choice per request, got {n!r}.", parameter="n")
     for name, why in UNSUPPORTED.items():
         v = body.get(name)
         if v not in (None, False, 0, {}, [], ""):
-            raise FrontError(f"{name} is not supported: {why}.", param=name)
+            raise UnsupportedFieldError(name, why)
 
 
 def sampling_params(body: Mapping[str, Any], card: ModelCard) -> dict[str, Any]:
@@ -155,9 +169,9 @@ def _max_tokens(body: Mapping[str, Any], card: ModelCard) -> int | None:
     if value is None:
         return card.default_max_tokens
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FrontError(f"max_tokens must be an integer, got {value!r}.", param="max_tokens")
+        raise FrontRequestError(f"max_tokens must be an integer, got {value!r}.", parameter="max_tokens")
     if value > INT32_MAX:  # the ensembles' max_tokens is INT32; past the context anyway
-        raise FrontError(f"max_tokens must be at most {INT32_MAX}, got {value}.", param="max_tokens")
+        raise FrontRequestError(f"max_tokens must be at most {INT32_MAX}, got {value}.", parameter="max_tokens")
     return value
 
 
@@ -165,9 +179,9 @@ def _stream_options(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
     stream = bool(body.get("stream", False))
     opts = body.get("stream_options") or {}
     if not isinstance(opts, Mapping):
-        raise FrontError("stream_options must be an object.", param="stream_options")
+        raise FrontRequestError("stream_options must be an object.", parameter="stream_options")
     if opts and not stream:
-        raise FrontError("Stream options can only be defined when `stream=True`.", param="stream_options")
+        raise FrontRequestError("Stream options can only be defined when `stream=True`.", parameter="stream_options")
     return stream, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats"))
 
 
@@ -189,7 +203,7 @@ def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The render inputs of a chat request (``render_chat`` / ``chat``)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise FrontError("messages must be a list of chat messages.", param="messages")
+        raise FrontRequestError("messages must be a list of chat messages.", parameter="messages")
     t = {"messages": _json(messages)}
     chat = {k: body[k] for k in CHAT_FIELDS if body.get(k) is not None}
     if chat:
@@ -205,20 +219,24 @@ def completion_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     t: dict[str, np.ndarray] = {}
     if embeds is not None:
         if prompt not in (None, "", []):
-            raise FrontError("Provide either prompt or prompt_embeds, not both.", param="prompt")
+            raise FrontRequestError("Provide either prompt or prompt_embeds, not both.", parameter="prompt")
         if not isinstance(embeds, str):
-            raise FrontError("prompt_embeds must be a base64 string of one serialized tensor.", param="prompt_embeds")
+            raise FrontRequestError(
+                "prompt_embeds must be a base64 string of one serialized tensor.", parameter="prompt_embeds"
+            )
         t["prompt_embeds"] = _bytes(embeds)
     elif isinstance(prompt, str):
         t["prompt"] = _bytes(prompt)
     elif isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
         t["prompt_token_ids"] = np.array([prompt], dtype=np.int32) if prompt else np.zeros((1, 0), np.int32)
     elif isinstance(prompt, list):
-        raise FrontError(
-            "This server takes one prompt per request; send the prompts as separate requests.", param="prompt"
+        raise FrontRequestError(
+            "This server takes one prompt per request; send the prompts as separate requests.", parameter="prompt"
         )
     else:
-        raise FrontError("prompt must be a string, a list of token ids, or a list holding one of them.", param="prompt")
+        raise FrontRequestError(
+            "prompt must be a string, a list of token ids, or a list holding one of them.", parameter="prompt"
+        )
     return _with_extras(t, body)
 
 
@@ -243,18 +261,14 @@ def check_sampling_fields(body: Mapping[str, Any], max_tokens: int | None) -> No
     """The sampling fields of a render request, checked as a generation request's are (by
     ``generation_params``, in the ensemble): vLLM's render endpoints refuse what its generation
     would, and the render response echoes them as numbers."""
-    from renderer.errors import RenderError
     from renderer.sampling import SamplingParams
 
     bag = {k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None}
-    try:
-        SamplingParams.from_request(bag, max_tokens).verify(max_tokens)
-    except RenderError as e:
-        field = next((k for k in SAMPLING_FIELDS if k in str(e)), None)
-        raise FrontError(str(e), param=field) from None
+    # Its errors name their parameter themselves; the router answers them as 400s with ``param``.
+    SamplingParams.from_request(bag, max_tokens).verify(max_tokens)
     min_p = body.get("min_p")
     if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float))):
-        raise FrontError(f"min_p must be a number, got {min_p!r}.", param="min_p")
+        raise FrontRequestError(f"min_p must be a number, got {min_p!r}.", parameter="min_p")
 
 
 def tokenize_plan(body: Mapping[str, Any], card: ModelCard) -> tuple[str, dict[str, np.ndarray]]:
@@ -266,7 +280,7 @@ def tokenize_plan(body: Mapping[str, Any], card: ModelCard) -> tuple[str, dict[s
         b.setdefault("add_generation_prompt", True)
         return "render_chat", chat_tensors(b)
     if not isinstance(body.get("prompt"), str):
-        raise FrontError("prompt must be a string, or send messages.", param="prompt")
+        raise FrontRequestError("prompt must be a string, or send messages.", parameter="prompt")
     return "render_completion", completion_tensors(body)
 
 
@@ -274,7 +288,7 @@ def detokenize_tensors(body: Mapping[str, Any], card: ModelCard) -> dict[str, np
     check_model(body, card)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in tokens):
-        raise FrontError("tokens must be a list of token ids.", param="tokens")
+        raise FrontRequestError("tokens must be a list of token ids.", parameter="tokens")
     return {
         "prompt_token_ids": np.array([tokens], dtype=np.int32) if tokens else np.zeros((1, 0), np.int32),
         "tokenize_params": _json({"needs_detokenization": True, "add_special_tokens": False}),

@@ -8,6 +8,7 @@ where vLLM has one; tests match on them.
 from __future__ import annotations
 
 import re
+from http import HTTPStatus
 from typing import Any
 
 # vLLM's validation errors print the parameter (and value) they are about after the message:
@@ -456,3 +457,69 @@ class ToolParserRequiredError(ToolParsingUnavailableError):
 
     def __init__(self, described: str) -> None:
         super().__init__(f"tool_choice={described} requires --tool-call-parser to be set")
+
+
+# --- the HTTP front's own refusals (OpenAI's request body and fields) ---------------------------
+
+
+class FrontRequestError(RenderError):
+    """A request the HTTP front refuses before any stage sees it, answered with ``status``.
+
+    It never crosses Triton, so its parameter stays beside the message, as vLLM's front passes
+    ``param``, rather than printed in it."""
+
+    status: int = HTTPStatus.BAD_REQUEST
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self._parameter = parameter
+
+    @property
+    def parameter(self) -> str | None:
+        return self._parameter
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class UnknownModelError(FrontRequestError):
+    """``model`` names a model this server does not serve (vLLM's wording, a 404)."""
+
+    status = HTTPStatus.NOT_FOUND
+
+    def __init__(self, model: object) -> None:
+        super().__init__(f"The model `{model}` does not exist.", parameter="model")
+
+
+class UnsupportedFieldError(FrontRequestError):
+    """A field vLLM takes and this server does not serve, set to something but its default."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"{name} is not supported: {why}.", parameter=name)
+
+
+class RequestBodyError(FrontRequestError):
+    """The request body itself, before any field is read."""
+
+
+class BodyTooLargeError(RequestBodyError):
+    """The body is larger than the front takes (a 413, before the rest is read)."""
+
+    status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+
+    def __init__(self, size: int, limit: int, declared: bool) -> None:
+        said = "declares" if declared else "has at least"
+        super().__init__(f"The request body {said} {size} bytes, more than the limit of {limit} bytes.")
+
+
+class BodyNotJSONError(RequestBodyError):
+    """The body is not strict JSON (or not UTF-8, or holds text no Unicode string can)."""
+
+
+class BodyNestingError(RequestBodyError):
+    """The body nests arrays and objects deeper than it can be parsed."""
+
+
+class BodyNotObjectError(RequestBodyError):
+    """The body is JSON, but not an object."""

@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 from openai_front.requests import FrontError, ModelCard, completion_tensors, generation_plan
 from openai_front.responses import error_body
 from openai_front.triton import _error
+from renderer.errors import FrontRequestError, RenderError
 
 CARD = ModelCard(name="m", max_model_len=2048, sampling_defaults={"top_k": 20, "temperature": 0.6})
 
@@ -72,9 +73,12 @@ def test_one_prompt_in_any_form(prompt, name):
     ],
 )
 def test_refusals(body, status, message):
-    with pytest.raises(FrontError) as e:
+    with pytest.raises(FrontRequestError) as e:
         generation_plan(body, CARD, chat=False)
     assert e.value.status == status and message in e.value.message
+    answer = FrontError.of(e.value)  # as the router answers it: the field named beside the text
+    assert (answer.status, answer.message, answer.param) == (status, str(e.value), e.value.parameter)
+    assert answer.param is not None and "(parameter=" not in answer.message
 
 
 class _Rpc(grpc.RpcError):
@@ -160,15 +164,15 @@ def _read(raw: bytes, declared: str | None = None, limit: int = 1000) -> dict:
     ],
 )
 def test_body_refusals_are_named_400s(raw, error, message):
-    from openai_front import body
+    from renderer import errors
 
-    with pytest.raises(getattr(body, error)) as e:
+    with pytest.raises(getattr(errors, error)) as e:
         _read(raw, limit=10**6)
     assert e.value.status == 400 and message in e.value.message, e.value.message
 
 
 def test_body_size_limit_is_a_413_naming_both_sizes():
-    from openai_front.body import BodyTooLargeError
+    from renderer.errors import BodyTooLargeError
 
     with pytest.raises(BodyTooLargeError) as e:
         _read(b"{}", declared="5000", limit=1000)  # refused on its header, before any byte is read
@@ -198,7 +202,8 @@ def test_render_endpoints_check_sampling_fields(field, value, message):
     500 from the render response's float())."""
     from openai_front.requests import render_plan
 
-    with pytest.raises(FrontError) as e:
+    with pytest.raises(RenderError) as e:
         render_plan({"prompt": "hi", field: value}, CARD, chat=False)
-    assert e.value.status == 400 and e.value.param == field and message in e.value.message
+    answer = FrontError.of(e.value)
+    assert answer.status == 400 and answer.param == field and message in answer.message
     assert render_plan({"prompt": "hi", "temperature": 0.5, "stop": ["a"]}, CARD, chat=False)[1] is None
