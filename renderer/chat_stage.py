@@ -22,7 +22,7 @@ from .chat.tool_choice import ToolChoicePolicy
 from .errors import EmptyMessagesError, FieldTypeError
 from .multimodal.media import MediaLimits
 from .multimodal.registry import detect_family, load_family
-from .request_json import parse_json
+from .json_fields import parse_json
 
 
 def chat_media_limits(family: str | None, limits: MediaLimits | None = None) -> dict[str, int]:

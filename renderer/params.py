@@ -19,7 +19,7 @@ from .errors import (
     TruncationSizeError,
     UnknownFieldError,
 )
-from .request_json import check_depth
+from .json_fields import check_depth
 
 TRUNCATION_SIDES = ("left", "right")
 

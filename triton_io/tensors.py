@@ -22,7 +22,7 @@ import triton_python_backend_utils as pb_utils
 from renderer.errors import RenderError, TensorError, TensorShapeError
 from renderer.flags import parse_flag
 from renderer.prompts import decode_utf8
-from renderer.request_json import parse_json
+from renderer.json_fields import parse_json
 from renderer.stage_tensors import outputs_of
 
 log = logging.getLogger("renderer.triton")

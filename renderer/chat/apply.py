@@ -27,7 +27,7 @@ from ..errors import (
     InvalidParamsError,
     RenderError,
 )
-from ..request_json import json_copy
+from ..json_fields import json_copy
 from .params import HF_CONFLICT_MESSAGE, TEMPLATE_CHOICE_KWARGS
 from .sandbox import COMPILE_FAILURES, TemplateLimits, compile_error, compile_template, parse_template, render_text
 

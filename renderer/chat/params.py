@@ -19,7 +19,7 @@ from ..errors import (
     GenerationPromptConflictError,
     UnknownFieldError,
 )
-from ..request_json import check_depth
+from ..json_fields import check_depth
 from .content_format import CONTENT_FORMATS
 from .tool_choice import UNSET
 

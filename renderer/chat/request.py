@@ -46,7 +46,7 @@ from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
 from .tool_choice import UNSET, effective_tool_choice
-from ..request_json import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
+from ..json_fields import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
 
 # --- content parts vLLM adds to OpenAI's (same names and fields as vLLM's) -------------------
 

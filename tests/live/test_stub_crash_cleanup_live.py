@@ -16,7 +16,7 @@ import pytest
 
 from client import RendererClient, RequestError
 from launcher.watchdog import alive, expected_stubs, stubs_of
-from renderer.request_json import MAX_NESTING_DEPTH
+from renderer.json_fields import MAX_NESTING_DEPTH
 from triton_io.outbox import DEFAULT_STALL_S
 
 # Every test here talks to a real tritonserver.

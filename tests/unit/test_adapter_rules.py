@@ -2,7 +2,7 @@
 
 - ``chat_render``: the empty-messages rule and the text-only image limit (``renderer.chat_stage``);
 - ``generation_params``: max_tokens, the seed default, end / pad ids, the two engine flags
-  (``renderer.generation_request`` over ``GenerationResolver``);
+  (``renderer.generation_stage`` over ``GenerationResolver``);
 - ``tokenize`` -> ``mm_process``: the length limit tokenize resolved travels on
   (``renderer.params.LengthLimit``) instead of mm_process re-reading ``tokenize_params``;
 - ``MAX_MODEL_LEN`` bounds each stage: tokenize's params, mm_process through the limit, and
@@ -31,7 +31,7 @@ from renderer.errors import (
     PromptTooLongError,
     UntrustedMultiModalKwargsError,
 )
-from renderer.generation_request import GenerationRequest, require_max_tokens
+from renderer.generation_stage import GenerationRequest, require_max_tokens
 from renderer.multimodal.media import MediaLimits
 from renderer.params import LengthLimit, TokenizeParams, request_tokenize_params
 

@@ -27,7 +27,7 @@ from renderer.errors import (
     RequestNestingError,
 )
 from renderer.params import TokenizeParams
-from renderer.request_json import MAX_NESTING_DEPTH, json_text_depth, nesting_depth, parse_json
+from renderer.json_fields import MAX_NESTING_DEPTH, json_text_depth, nesting_depth, parse_json
 
 HI = [{"role": "user", "content": "hi"}]
 LIMIT_MESSAGE = f"is nested more than {MAX_NESTING_DEPTH} levels deep"

@@ -1,5 +1,5 @@
 """Triton adapter for ``generation_params``: request fields -> TensorRT-LLM-named tensors
-(``renderer.generation_request``)."""
+(``renderer.generation_stage``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
-from renderer.generation_request import GenerationRequest
+from renderer.generation_stage import GenerationRequest
 from triton_io import tensors as io
 
 # Every output typed as renderer/stage_tensors.py declares it.
