@@ -35,6 +35,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs
+from renderer.engine_request import ENGINE_OUTPUTS
 from renderer.errors import RenderError, UnsupportedInputError
 from triton_io.outbox import ResponseOutbox
 
@@ -208,14 +209,19 @@ class VllmEngineModel:
             sender.send(flags=FINAL)
 
     def _response(self, ids: list[int]) -> Any:
-        torch = self._torch
-        out = torch.tensor(ids, dtype=torch.int32).reshape(1, 1, -1)  # [batch, beams, tokens]
+        # Through DLPack, not numpy (this stub runs in vLLM's environment, whose numpy 2 the 2.51
+        # stub cannot convert); each dtype as renderer/engine_request.py declares the output.
+        out = self._output("output_ids", ids).reshape(1, 1, -1)  # [batch, beams, tokens]
+        length = self._output("sequence_length", [[out.shape[-1]]])
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor.from_dlpack("output_ids", out),
-                pb_utils.Tensor.from_dlpack("sequence_length", torch.tensor([[out.shape[-1]]], dtype=torch.int32)),
+                pb_utils.Tensor.from_dlpack("sequence_length", length),
             ]
         )
+
+    def _output(self, name: str, values: Any) -> Any:
+        return self._torch.tensor(values, dtype=getattr(self._torch, ENGINE_OUTPUTS[name].np_dtype.__name__))
 
 
 def _stop_word_end(generated: list[int], delta: list[int], words: list[tuple[int, ...]], min_tokens: int) -> int | None:
