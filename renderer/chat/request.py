@@ -264,6 +264,13 @@ class ChatCompletionNamedToolChoiceParam(BaseModel):
     function: ChatCompletionNamedFunction
     type: Literal["function"] = "function"
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _wrapped(cls, data: Any, handler: Any) -> Any:
+        # vLLM's base model wraps validation (it logs extra fields), so pydantic names this union
+        # member by the wrapper, a segment vLLM drops from error locations, not by the class.
+        return handler(data)
+
 
 class ChatRequestModel(BaseModel):
     """The fields of vLLM's ``ChatCompletionRequest`` that shape a render, in its field order."""

@@ -185,3 +185,18 @@ def test_settings_reach_chat_render(monkeypatch):
     )
     assert policy.parser == "hermes"
     assert ToolChoicePolicy.from_config({}) == ToolChoicePolicy()
+
+
+def test_named_choice_validated_by_vllm_models(default_stage):
+    """A named choice of the wrong shape fails pydantic as vLLM's request model does: each union
+    member's error, the named member located without its class (vLLM's wrapper segment dropped)."""
+    with pytest.raises(RenderError) as e:
+        default_stage.render(
+            HI, {"tools": TOOLS, "tool_choice": {"type": "bogus", "function": {"name": "get_weather"}}}
+        )
+    lines = str(e.value).splitlines()
+    assert lines[0] == "4 validation errors:"
+    assert lines[4] == (
+        "  {'type': 'literal_error', 'loc': 'body.tool_choice.type', 'msg': \"Input should be 'function'\", "
+        "'input': 'bogus', 'ctx': {'expected': \"'function'\"}}"
+    )
