@@ -33,6 +33,10 @@ class ToolCallParser:
     name: str = ""
     """vLLM's name for it (``--tool-call-parser``)."""
 
+    own_content_without_calls: bool = False
+    """When no call is found, whether the content is this parser's (vLLM's engine-based parsers,
+    which drop the markup) rather than the text as it came."""
+
     def __init__(self) -> None:
         # Per call of the stream: the arguments text already sent, and what was parsed of it
         # (what vLLM's finish step compares to send any arguments still unsent).

@@ -26,9 +26,12 @@ class OutputParser:
         reasoning, content = (None, text) if self.reasoning_parser is None else self.reasoning_parser().extract(text)
         if self.tool_parser is None:
             return ParsedOutput(content=content, reasoning=reasoning)
-        found = self.tool_parser().extract(content if content is not None else "")
+        parser = self.tool_parser()
+        found = parser.extract(content if content is not None else "")
         if not found.called:
-            return ParsedOutput(content=found.content, reasoning=reasoning)
+            return ParsedOutput(
+                content=found.content if parser.own_content_without_calls else content, reasoning=reasoning
+            )
         content = found.content
         if content is not None and not content.strip():
             content = None

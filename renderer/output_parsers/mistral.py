@@ -28,6 +28,7 @@ class MistralToolParser(ToolCallParser):
     """vLLM's "mistral" (pre-v11 format)."""
 
     name = "mistral"
+    own_content_without_calls = True  # an engine-based parser in vLLM
 
     def __init__(self) -> None:
         super().__init__()

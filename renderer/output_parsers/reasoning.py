@@ -68,7 +68,7 @@ class Qwen3ReasoningParser(DeepSeekR1ReasoningParser):
 
     def extract(self, text: str) -> tuple[str | None, str | None]:
         thinking, closed, rest = text.partition(self.end)
-        reasoning = thinking.replace(self.start, "")
+        reasoning = thinking.replace(self.start, "") or None  # vLLM's qwen3 sends no empty thinking
         if not closed:
             return reasoning, None
         # Qwen3 may repeat </think> after closing its thinking: vLLM drops the repeats.
