@@ -1,5 +1,9 @@
 """Client library and CLI for the renderer ensembles (``python -m client --help``)."""
 
+# The project's one version: pyproject.toml reads it (setuptools' dynamic version), the HTTP
+# front's ``/version`` answers it.
+__version__ = "0.1.0"
+
 from .triton_client import (
     ErrorKind,
     Generated,
@@ -13,6 +17,7 @@ from .triton_client import (
 )
 
 __all__ = [
+    "__version__",
     "ErrorKind",
     "Generated",
     "Rendered",
