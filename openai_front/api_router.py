@@ -1,8 +1,10 @@
 """The HTTP routes: OpenAI's chat and completions (streamed or not), vLLM's render, tokenize and
-detokenize endpoints, ``/v1/models`` and ``/health``, each a thin call into ``FrontService``
-(``serving.py``). Every error is OpenAI-shaped, with the status the ensembles' own gRPC status
+detokenize endpoints, ``/v1/models`` (and one model's card), ``/health``, ``/version`` and
+``/metrics``, each a thin call into ``FrontService`` (``serving.py``) or ``FrontMetrics``
+(``metrics.py``). Every error is OpenAI-shaped, with the status the ensembles' own gRPC status
 implies: 400 for a bad request, 503 (with ``Retry-After``) while Triton cannot be reached, 500 only
-for a fault. A client that goes away mid-request, streamed or not, cancels its generation."""
+for a fault; FastAPI's own answers (an unknown route, a wrong method) too. A client that goes away
+mid-request, streamed or not, cancels its generation."""
 
 from __future__ import annotations
 
@@ -12,12 +14,17 @@ from http import HTTPStatus
 from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from client import __version__
 
 from renderer.errors import RenderError
 
 from . import responses as out
 from .body import DEFAULT_MAX_BODY_BYTES, read_body
+from .metrics import FrontMetrics, MetricsMiddleware
 from .requests import FrontError, ModelCard
 from .serving import EnsemblesClient, FrontService
 
@@ -53,7 +60,11 @@ def create_app(
 
     app.add_exception_handler(FrontError, front_error)
     app.add_exception_handler(RenderError, refused)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(Exception, fault)
+    metrics = FrontMetrics()
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     async def body_of(request: Request) -> dict[str, Any]:
         return await read_body(request.stream(), request.headers.get("content-length"), max_body_bytes)
@@ -65,6 +76,19 @@ def create_app(
     @app.get("/v1/models")
     async def models() -> JSONResponse:
         return JSONResponse(service.models())
+
+    # ``:path``: a model id may hold slashes (``org/model``), as Hugging Face ids do.
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> JSONResponse:
+        return JSONResponse(service.model(model_id))
+
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        return JSONResponse({"version": __version__})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type=metrics.content_type)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -118,6 +142,19 @@ async def front_error(_: Request, e: FrontError) -> JSONResponse:
 async def refused(request: Request, e: RenderError) -> JSONResponse:
     """A request a rule refused (``renderer.errors``): a 4xx whose ``param`` is the field it names."""
     return await front_error(request, FrontError.of(e))
+
+
+async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    """FastAPI's own refusals (no such route, a method the route does not take) in OpenAI's shape,
+    their status and headers (a 405's ``Allow``) kept."""
+    return JSONResponse(out.error_body(str(e.detail), e.status_code), status_code=e.status_code, headers=e.headers)
+
+
+async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+    """A path or query parameter FastAPI could not read: a 400 in OpenAI's shape, as vLLM answers it
+    (not FastAPI's 422 ``{"detail": [...]}``)."""
+    msg = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg', '')}" for err in e.errors())
+    return JSONResponse(out.error_body(msg, HTTPStatus.BAD_REQUEST), status_code=400)
 
 
 async def fault(_: Request, e: Exception) -> JSONResponse:

@@ -147,34 +147,34 @@ def render_body(
     }
 
 
-def models_body(card: ModelCard, created: int) -> dict[str, Any]:
+def model_card_body(card: ModelCard, created: int) -> dict[str, Any]:
+    """vLLM's ``ModelCard``: one entry of ``/v1/models``, and ``/v1/models/{id}``'s whole answer."""
     return {
-        "object": "list",
-        "data": [
+        "id": card.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": card.name,
+        "parent": None,
+        "max_model_len": card.max_model_len,
+        "permission": [
             {
-                "id": card.name,
-                "object": "model",
+                "id": request_id("modelperm"),
+                "object": "model_permission",
                 "created": created,
-                "owned_by": "vllm",
-                "root": card.name,
-                "parent": None,
-                "max_model_len": card.max_model_len,
-                "permission": [
-                    {
-                        "id": request_id("modelperm"),
-                        "object": "model_permission",
-                        "created": created,
-                        "allow_create_engine": False,
-                        "allow_sampling": True,
-                        "allow_logprobs": False,
-                        "allow_search_indices": False,
-                        "allow_view": True,
-                        "allow_fine_tuning": False,
-                        "organization": "*",
-                        "group": None,
-                        "is_blocking": False,
-                    }
-                ],
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": False,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
             }
         ],
     }
+
+
+def models_body(card: ModelCard, created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card_body(card, created)]}

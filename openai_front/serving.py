@@ -20,6 +20,7 @@ from .requests import (
     FrontError,
     ModelCard,
     Plan,
+    check_model,
     detokenize_tensors,
     generation_plan,
     render_plan,
@@ -69,6 +70,11 @@ class FrontService:
 
     def models(self) -> dict[str, Any]:
         return out.models_body(self.card, self.created)
+
+    def model(self, model_id: str) -> dict[str, Any]:
+        """``/v1/models/{id}`` (OpenAI's ``models.retrieve``): the card, or vLLM's 404 for another id."""
+        check_model({"model": model_id}, self.card)
+        return out.model_card_body(self.card, self.created)
 
     async def render(self, body: dict[str, Any], *, chat: bool) -> Any:
         """vLLM's ``/v1/chat/completions/render`` (one body) and ``/v1/completions/render`` (a list)."""
