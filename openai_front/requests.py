@@ -52,10 +52,14 @@ CHAT_FIELDS = (
     "add_generation_prompt",
     "continue_final_message",
     "tools",
+    "tool_choice",
     "documents",
     "media_io_kwargs",
     "mm_processor_kwargs",
 )
+# Fields forwarded even as an explicit null: vLLM tells ``tool_choice: null`` (accepted, no tool
+# use) from an absent one (defaults to "auto" when tools are given).
+NULL_MEANS_SOMETHING = frozenset({"tool_choice"})
 # What vLLM takes and this server does not do: refused when set to anything but "off".
 UNSUPPORTED = {
     "logprobs": "log probabilities are not returned by this server",
@@ -205,7 +209,7 @@ def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if not isinstance(messages, list):
         raise FrontRequestError("messages must be a list of chat messages.", parameter="messages")
     t = {"messages": _json(messages)}
-    chat = {k: body[k] for k in CHAT_FIELDS if body.get(k) is not None}
+    chat = {k: body[k] for k in CHAT_FIELDS if body.get(k) is not None or (k in NULL_MEANS_SOMETHING and k in body)}
     if chat:
         t["chat_params"] = _json(chat)
     return _with_extras(t, body)
