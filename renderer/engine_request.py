@@ -108,6 +108,34 @@ ENGINE_OUTPUTS = _specs(
     ("sequence_length", "TYPE_INT32", (-1,)),
 )
 
+# TensorRT-LLM's ``ensemble`` outputs beside ``text_output``, exactly as it declares them (its
+# ``${logits_datatype}`` filled as docs/ENGINES.md fills it, TYPE_FP32). Its client scripts ask for
+# them by name, and Triton refuses a request for an output the model does not declare, so the
+# ``ensemble`` front declares every one, mapped from its post-processor, ``detokenize``.
+# ``batch_index`` and ``sequence_index`` are always 0 here (one prompt and one sequence per
+# request, as TensorRT-LLM numbers them); the others are never made: the inputs that ask for
+# them are refused by name (``renderer/trtllm_front.py``), never answered with made-up numbers.
+FRONT_OUTPUTS = _specs(
+    ("cum_log_probs", "TYPE_FP32", (-1,)),
+    ("output_log_probs", "TYPE_FP32", (-1, -1)),
+    ("context_logits", "TYPE_FP32", (-1, -1)),
+    ("generation_logits", "TYPE_FP32", (-1, -1, -1)),
+    ("batch_index", "TYPE_INT32", (1,)),
+    ("sequence_index", "TYPE_INT32", (1,)),
+    ("kv_cache_alloc_new_blocks", "TYPE_INT32", (1,)),
+    ("kv_cache_reused_blocks", "TYPE_INT32", (1,)),
+    ("kv_cache_alloc_total_blocks", "TYPE_INT32", (1,)),
+    ("arrival_time_ns", "TYPE_INT64", (1,)),
+    ("first_scheduled_time_ns", "TYPE_INT64", (1,)),
+    ("first_token_time_ns", "TYPE_INT64", (1,)),
+    ("last_token_time_ns", "TYPE_INT64", (1,)),
+    ("acceptance_rate", "TYPE_FP32", (1,)),
+    ("total_accepted_draft_tokens", "TYPE_INT32", (1,)),
+    ("total_draft_tokens", "TYPE_INT32", (1,)),
+)
+# The ones made (in every response to the front); the rest are declared only.
+FRONT_OUTPUTS_MADE = ("batch_index", "sequence_index")
+
 # Not TensorRT-LLM's: processed images for engines that take them (the stand-in, vLLM's engine),
 # with the placeholders and content hashes vLLM's engine uses for its own caches. A real
 # TensorRT-LLM engine takes images through its multimodal encoder instead (see README).

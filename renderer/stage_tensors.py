@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .engine_request import ENGINE_INPUTS, ENGINE_OUTPUTS, POSTPROCESS_INPUTS, TensorSpec
+from .engine_request import ENGINE_INPUTS, ENGINE_OUTPUTS, FRONT_OUTPUTS, POSTPROCESS_INPUTS, TensorSpec
 from .multimodal.tensors import ITEM_TENSOR_SPECS, image_tensors
 
 
@@ -88,6 +88,16 @@ _POSTPROCESS_OUTPUTS = (
     _t("finish_reason", "TYPE_STRING", (1,)),
     _engine("input_lengths"),
 )
+# Outputs sent without the batch dimension (``triton_io.tensors.StageOutputs.unbatched``).
+UNBATCHED_OUTPUTS = ("trtllm_text_output",)
+# What ``detokenize`` also answers for the TensorRT-LLM front (the ``ensemble`` model), asked for
+# by name: the text as TensorRT-LLM's postprocessing returns its ``OUTPUT``, one string per beam
+# with no batch dimension (shape [1], where ``text_output`` is [1, 1]; its clients read
+# ``text_output[0]`` as bytes), and the other outputs of TensorRT-LLM's ``ensemble``.
+_FRONT_POSTPROCESS_OUTPUTS = (
+    _t("trtllm_text_output", "TYPE_STRING", (-1,)),
+    *FRONT_OUTPUTS.values(),
+)
 # What both parameter stages make: the engine's generation inputs, the output rules, and the
 # prompt length handed on for the chain's order (``CHAINED_INPUTS``).
 _PARAMS_OUTPUTS = tuple(
@@ -138,7 +148,7 @@ STAGES: dict[str, StageTensors] = {
             *_REQUEST_OPTIONS,
             *_OUTPUT_RULES,
         ),
-        outputs=_POSTPROCESS_OUTPUTS,
+        outputs=(*_POSTPROCESS_OUTPUTS, *_FRONT_POSTPROCESS_OUTPUTS),
     ),
     "detokenize_enc_dec": StageTensors(
         inputs=(

@@ -133,6 +133,14 @@ class StageOutputs:
     def all(self, values: Mapping[str, Any]) -> list[Any]:
         return [self(name, value) for name, value in values.items()]
 
+    def unbatched(self, name: str, value: Any) -> Any:
+        """The tensor without the leading batch dimension: for an output whose consumers expect
+        it so (TensorRT-LLM's postprocessing returns its text as [beams], not [1, beams])."""
+        spec = self.specs[name]
+        if spec.dtype == "TYPE_STRING":
+            value = [s.encode() if isinstance(s, str) else s for s in value]
+        return pb_utils.Tensor(name, np.asarray(value, dtype=spec.np_dtype))
+
 
 def handed_on(request: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     """The inputs among ``names`` that the request carries, as they came (batch dimension removed),

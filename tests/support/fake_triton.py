@@ -25,6 +25,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from renderer.engine_request import FRONT_OUTPUTS, FRONT_OUTPUTS_MADE
+from renderer.stage_tensors import UNBATCHED_OUTPUTS
+
+# TensorRT-LLM's ensemble outputs declared for its clients but never made (a step need not send
+# an output that no client asked for; Triton asks a step for every output its map names).
+NEVER_MADE = frozenset(FRONT_OUTPUTS) - set(FRONT_OUTPUTS_MADE)
+
 FINAL = 1
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
 TIMEOUT_S = 300.0  # a stand-in engine on two shared cores can be slow; a hang still ends
@@ -92,10 +99,17 @@ class ResponseSender:
 
 
 class Request:
-    def __init__(self, tensors: list[Tensor], request_id: str = "") -> None:
+    def __init__(
+        self, tensors: list[Tensor], request_id: str = "", requested_output_names: list[str] | None = None
+    ) -> None:
         self._tensors = {t.name(): t for t in tensors}
         self._request_id = request_id
+        self._requested = requested_output_names
         self.sender = ResponseSender()
+
+    def requested_output_names(self) -> list[str]:
+        """What the request asks for (Triton fills in every declared output when it names none)."""
+        return list(self._requested or [])
 
     def inputs(self) -> list[Tensor]:
         return list(self._tensors.values())
@@ -259,6 +273,7 @@ def _tensor_problems(config: Any, declared: dict[str, Any], name: str, arr: np.n
     spec = declared.get(name)
     if spec is None:
         return [f"{config.name}: {what} {name!r}, which its config does not declare"]
+    batch = 0 if name in UNBATCHED_OUTPUTS else 1  # sent without the batch dimension, as declared
     type_name = model_config_pb2.DataType.Name(spec.data_type)
     want = np.dtype(TYPE_TO_NUMPY[type_name])
     problems = []
@@ -266,10 +281,13 @@ def _tensor_problems(config: Any, declared: dict[str, Any], name: str, arr: np.n
         problems.append(f"{config.name}: {name} is {arr.dtype}, its config says {type_name}")
     dims = list(spec.dims)
     fits = (
-        arr.ndim == len(dims) + 1 and arr.shape[0] == 1 and all(d == -1 or g == d for g, d in zip(arr.shape[1:], dims))
+        arr.ndim == len(dims) + batch
+        and (not batch or arr.shape[0] == 1)
+        and all(d == -1 or g == d for g, d in zip(arr.shape[batch:], dims))
     )
     if not fits:
-        problems.append(f"{config.name}: {name} has shape {list(arr.shape)}, its config says [1] + {dims}")
+        says = f"[1] + {dims}" if batch else f"{dims} (no batch dimension)"
+        problems.append(f"{config.name}: {name} has shape {list(arr.shape)}, its config says {says}")
     return problems
 
 
@@ -288,17 +306,21 @@ def input_problems(config: Any, request: Request) -> list[str]:
     return problems
 
 
-def output_problems(config: Any, response: InferenceResponse, *, complete: bool = True) -> list[str]:
+def output_problems(
+    config: Any, response: InferenceResponse, *, complete: bool = True, requested: list[str] | None = None
+) -> list[str]:
     """How ``response`` departs from the outputs ``config`` declares: unknown names, data types,
     ranks and fixed dims (after the batch dimension of 1); with ``complete``, declared outputs it
-    lacks. An empty list: it matches."""
+    lacks (of those ``requested``, when given: Triton asks a model only for those). An empty list:
+    it matches."""
     declared = {t.name: t for t in config.output}
     problems = []
     for tensor in response.output_tensors():
         problems += _tensor_problems(config, declared, tensor.name(), tensor.as_numpy(), "sends")
     names = {t.name() for t in response.output_tensors()}
     if complete:
-        problems += [f"{config.name}: does not send its declared output {n!r}" for n in sorted(set(declared) - names)]
+        wanted = set(declared) if requested is None else set(requested)
+        problems += [f"{config.name}: does not send its declared output {n!r}" for n in sorted(wanted - names)]
     return problems
 
 
@@ -367,6 +389,8 @@ class InProcessRepository:
         problems = input_problems(cfg, request)
         if problems:
             raise ContractError("; ".join(problems))
+        if request._requested is None:
+            request._requested = [t.name for t in cfg.output]  # as Triton asks when the client names none
         instance = self.model(name)
         if cfg.model_transaction_policy.decoupled:
             instance.execute([request])
@@ -378,34 +402,45 @@ class InProcessRepository:
         for r in responses:
             if r.has_error():
                 raise ContractError(f"{name}: error response: {r.error().message()}")
-            problems = output_problems(cfg, r, complete=bool(r.output_tensors()))
+            wanted = [n for n in request._requested if n not in NEVER_MADE]
+            problems = output_problems(cfg, r, complete=bool(r.output_tensors()), requested=wanted)
             if problems:
                 raise ContractError("; ".join(problems))
             self.seen[name] = self.seen.get(name, 0) + 1
         return responses
 
-    def infer(self, name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def infer(
+        self, name: str, inputs: dict[str, np.ndarray], requested: list[str] | None = None
+    ) -> dict[str, np.ndarray]:
         """A request to a model or an ensemble (inputs without the batch dimension); the last
         response's outputs. An ensemble runs its steps in order, each step's inputs taken from
         the request and earlier steps' outputs through its maps, as Triton's scheduler does."""
         cfg = self.configs[name]
         if cfg.platform != "ensemble":
             tensors = [Tensor(k, np.asarray(v)[np.newaxis, ...]) for k, v in inputs.items()]
-            responses = self.call(name, Request(tensors))
-            return {t.name(): t.as_numpy()[0] for t in responses[-1].output_tensors()}
+            responses = self.call(name, Request(tensors, requested_output_names=requested))
+            return {
+                t.name(): t.as_numpy() if t.name() in UNBATCHED_OUTPUTS else t.as_numpy()[0]
+                for t in responses[-1].output_tensors()
+            }
         problems = input_problems(cfg, Request([Tensor(k, np.asarray(v)[np.newaxis, ...]) for k, v in inputs.items()]))
         if problems:
             raise ContractError("; ".join(problems))
         pool = dict(inputs)
         for step in cfg.ensemble_scheduling.step:
             step_inputs = {key: pool[value] for key, value in step.input_map.items() if value in pool}
-            outputs = self.infer(step.model_name, step_inputs)
+            outputs = self.infer(step.model_name, step_inputs, list(step.output_map))  # as Triton asks a step
             for key, value in step.output_map.items():
                 if key not in outputs:
+                    if key in NEVER_MADE:
+                        continue  # declared for TensorRT-LLM's clients, made only when they can be
                     raise ContractError(f"{name}: step {step.model_name} sent no {key!r}")
                 pool[value] = outputs[key]
         result = {t.name: pool[t.name] for t in cfg.output if t.name in pool}
-        problems = output_problems(cfg, InferenceResponse([Tensor(k, v[np.newaxis, ...]) for k, v in result.items()]))
+        made = [t.name for t in cfg.output if t.name not in NEVER_MADE]
+        problems = output_problems(
+            cfg, InferenceResponse([Tensor(k, v[np.newaxis, ...]) for k, v in result.items()]), requested=made
+        )
         if problems:
             raise ContractError("; ".join(problems))
         return result

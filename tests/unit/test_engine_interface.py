@@ -142,8 +142,14 @@ def test_ensemble_front_is_tensorrt_llms_ensemble():
     for t in cfg.input:
         up = ENS_IN[t.name]
         assert (tensors([t])[t.name], t.optional) == ((up["data_type"], up["dims"]), up["optional"]), t.name
-    up_out = {t["name"]: t for t in FIXTURE["ensemble"]["outputs"]}["text_output"]
-    assert tensors(cfg.output) == {"text_output": (up_out["data_type"], up_out["dims"])}
+    # Every output upstream declares (its clients ask for them by name), once each, its logits
+    # type filled as docs/ENGINES.md fills it.
+    logits = {"${logits_datatype}": "TYPE_FP32"}
+    up_out = {
+        t["name"]: (logits.get(t["data_type"], t["data_type"]), t["dims"]) for t in FIXTURE["ensemble"]["outputs"]
+    }
+    assert tensors(cfg.output) == up_out
+    assert [t.name for t in cfg.output] == list(up_out)
     # Every ensemble input reaches a step (none is accepted and dropped).
     used = {v for step in cfg.ensemble_scheduling.step for v in step.input_map.values()}
     assert set(ENS_IN) <= used
@@ -210,3 +216,16 @@ def test_prompt_table_uses_fake_ids_past_the_vocabulary():
         prompt_rows([103], t["prompt_embedding_table"], 100)
     with pytest.raises(EmbedsError, match="FP16 prompt table"):
         prompt_table_tensors(np.full((1, 4), 1e6, np.float32), vocab_size=100)
+
+
+def test_client_scripts_are_upstreams_unchanged():
+    """The TensorRT-LLM client scripts the live test runs are upstream's bytes, at the pinned commit."""
+    import hashlib
+
+    folder = ROOT / "tests" / "fixtures" / "trtllm" / "client"
+    note = (folder / "README.md").read_text()
+    assert FIXTURE["source"]["commit"] in note
+    recorded = dict(re.findall(r"^\| `([\w.]+\.py)` \| `[^`]+` \| `([0-9a-f]{64})` \|$", note, re.M))
+    assert set(recorded) == {p.name for p in folder.glob("*.py")}
+    for name, digest in recorded.items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name

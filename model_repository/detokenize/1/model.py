@@ -49,6 +49,8 @@ OUT = io.StageOutputs("detokenize")
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
+# Asked for by the TensorRT-LLM front (``ensemble``) only: the ensemble requests what its map names.
+FRONT_TEXT = "trtllm_text_output"
 
 
 class TritonPythonModel:
@@ -156,6 +158,7 @@ class TritonPythonModel:
             request_id=request_id,
         )
         n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
+        front = FRONT_TEXT in request.requested_output_names()
         done = cancelled = False
         final = None  # a streamed request's last piece, held back until the engine is drained
         responses = engine_request.exec(decoupled=True)
@@ -174,7 +177,7 @@ class TritonPythonModel:
             progress = detok.push(new_ids)
             done = progress.finish_reason is not None
             if stream:
-                piece = _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt)
+                piece = _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt, front)
                 if done:
                     final = piece
                 else:
@@ -192,7 +195,7 @@ class TritonPythonModel:
             # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
             text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
             ids = prompt_ids + ids
-        return _response(text, ids, detok.finish_reason, n_prompt)
+        return _response(text, ids, detok.finish_reason, n_prompt, front)
 
     def _cancel(self, request_id: str, tensors: list[Any], held: list[Any]) -> None:
         """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
@@ -253,16 +256,14 @@ def _engine_error(error: Any, engine: str) -> Exception:
     return EngineFaultError(f"engine '{engine}': {error.message()}")
 
 
-def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int) -> Any:
+def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int, front: bool = False) -> Any:
     """One response: the text piece and its ids, and, for clients that report usage and finish
-    (the OpenAI front), the prompt's length and why generation ended ("" until it has)."""
-    return pb_utils.InferenceResponse(
-        output_tensors=OUT.all(
-            {
-                "text_output": [text],
-                "output_ids": ids,
-                "finish_reason": [finish_reason or ""],
-                "input_lengths": [n_prompt],
-            }
-        )
-    )
+    (the OpenAI front), the prompt's length and why generation ended ("" until it has).
+    ``front``: for TensorRT-LLM's ``ensemble`` interface instead, whose clients read the text as
+    TensorRT-LLM's postprocessing returns it ([1]: one beam, no batch dimension) and index every
+    response by ``batch_index`` and ``sequence_index`` (0: one prompt, one sequence per request)."""
+    values: dict[str, Any] = {"output_ids": ids, "finish_reason": [finish_reason or ""], "input_lengths": [n_prompt]}
+    if not front:
+        return pb_utils.InferenceResponse(output_tensors=OUT.all({"text_output": [text], **values}))
+    values |= {"batch_index": [0], "sequence_index": [0]}
+    return pb_utils.InferenceResponse(output_tensors=[OUT.unbatched(FRONT_TEXT, [text]), *OUT.all(values)])

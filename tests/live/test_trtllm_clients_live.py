@@ -1,0 +1,151 @@
+"""TensorRT-LLM's own client scripts, unchanged, against this server.
+
+``tests/fixtures/trtllm/client/`` holds ``end_to_end_grpc_client.py`` and
+``inflight_batcher_llm_client.py`` exactly as tensorrtllm_backend has them at the commit
+docs/ENGINES.md pins (its README says where from). Each runs here as a subprocess, as a
+TensorRT-LLM user runs it: against ``ensemble`` with its default arguments, streamed and not,
+and with the variants that ask for outputs by name (``--batch-inputs``: ``batch_index``; ``-n``:
+``sequence_index``; ``--return-log-probs``: ``cum_log_probs`` / ``output_log_probs``). Text the
+server can give must come out as the script's own ``--check-outputs`` expects it (equal to the
+``completion`` ensemble's greedy text: with neither ``top_k`` nor ``top_p`` TensorRT-LLM decodes
+greedily); what it cannot honour must come back as the server's 400 naming the input, which the
+script prints, never as a crash of the script on a missing output. tritonserver is the same
+process at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "trtllm" / "client"
+PROMPTS = ["The capital of France is", "Once upon a time"]
+TOKENS = 8
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    got = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args],
+        cwd=SCRIPTS,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert "Traceback" not in got.stderr, got.stderr
+    return got
+
+
+@pytest.fixture(scope="module")
+def url(server) -> str:
+    return f"{server.host}:{server.grpc_port}"
+
+
+@pytest.fixture(scope="module")
+def pid(server) -> int:
+    from launcher import cli as launch
+
+    return launch.running_pid(server)
+
+
+@pytest.fixture(scope="module")
+def greedy(server) -> dict[str, str]:
+    """Each prompt's greedy text from the ``completion`` ensemble."""
+    from client import RendererClient
+
+    with RendererClient(f"{server.host}:{server.grpc_port}", "grpc") as c:
+        return {
+            p: "".join(
+                g.text
+                for g in c.generate("completion", prompt=p, max_tokens=TOKENS, sampling_params={"temperature": 0})
+            )
+            for p in PROMPTS
+        }
+
+
+def end_to_end(url: str, prompt: str, *args: str, expected: list[str] | None = None) -> subprocess.CompletedProcess:
+    checks = ["--check-outputs", "--expected-outputs", json.dumps(expected)] if expected is not None else []
+    return run("end_to_end_grpc_client.py", "-u", url, "-p", prompt, "-o", str(TOKENS), *checks, *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["-S"], ["--batch-inputs"], ["--batch-inputs", "-S"], ["--exclude-input-in-output"], ["-n", "1"]],
+    ids=lambda a: " ".join(a) or "defaults",
+)
+def test_end_to_end_client_gets_the_greedy_text(url, pid, greedy, args):
+    prompt = PROMPTS[0]
+    got = end_to_end(url, prompt, *args, expected=[greedy[prompt]])
+    assert got.returncode == 0, got.stdout + got.stderr  # its --check-outputs asserts the text
+    assert "error" not in got.stdout.lower(), got.stdout
+    if "-S" in args:
+        assert got.stdout.endswith(greedy[prompt] + "\n"), got.stdout  # the pieces, joined
+    else:
+        shown = greedy[prompt] if "--exclude-input-in-output" in args else prompt + greedy[prompt]
+        assert f"0: {shown}\n" in got.stdout, got.stdout
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_end_to_end_client_with_several_prompts(url, greedy, stream):
+    """A JSON list of prompts: one request each (the script's default), answered in order."""
+    got = end_to_end(url, json.dumps(PROMPTS), *(["-S"] if stream else []), expected=[greedy[p] for p in PROMPTS])
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "error" not in got.stdout.lower(), got.stdout
+
+
+@pytest.mark.parametrize(
+    "args, parameter, why",
+    [
+        (["-b", "2"], "beam_width", "beam search is not served"),
+        (["-n", "2"], "num_return_sequences", "one sequence per request"),
+        (["-n", "2", "-S"], "num_return_sequences", "one sequence per request"),
+        (["--return-log-probs"], "return_log_probs", "log probabilities are not returned"),
+        (["--return-log-probs", "-S"], "return_log_probs", "log probabilities are not returned"),
+        (["--return-context-logits"], "return_context_logits", "logits are not returned"),
+        (["--return-generation-logits"], "return_generation_logits", "logits are not returned"),
+        (["--return-perf-metrics"], "return_perf_metrics", "per-request engine metrics are not returned"),
+        (["--batch-inputs", "-p", json.dumps(PROMPTS)], "prompt", "batch size 1 (one prompt per request)"),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else "",
+)
+def test_end_to_end_client_gets_the_400_of_what_cannot_be_honoured(url, pid, args, parameter, why):
+    """The script prints the server's error and exits 0, as it does for any error it receives."""
+    prompt_args = [] if "-p" in args else ["-p", PROMPTS[0]]
+    got = run("end_to_end_grpc_client.py", "-u", url, "-o", str(TOKENS), *prompt_args, *args)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "Received an error from server:" in got.stdout, got.stdout
+    assert why in got.stdout and f"(parameter={parameter})" in got.stdout, got.stdout
+
+
+def test_inflight_batcher_client_streams_from_the_engine(server, url, greedy):
+    """The engine-level script, on the engine model (``llm`` here; a TensorRT-LLM engine folder
+    keeps its own name, ``tensorrt_llm``, the script's default), streamed: the seam is decoupled,
+    as TensorRT-LLM's ``decoupled_mode:true`` is, and gives the same greedy text."""
+    prompt = PROMPTS[0]
+    got = run(
+        "inflight_batcher_llm_client.py",
+        "-u",
+        url,
+        "--model-name",
+        "llm",
+        "--tokenizer-dir",
+        server.model_dir,
+        "--text",
+        prompt,
+        "--request-output-len",
+        str(TOKENS),
+        "--streaming",
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert f"Output beam 0: {greedy[prompt]}\n" in got.stdout, got.stdout
+
+
+def test_the_server_never_restarted(server, pid):
+    from launcher import cli as launch
+
+    assert launch.running_pid(server) == pid, "tritonserver restarted"
