@@ -49,7 +49,8 @@ OUT = io.StageOutputs("detokenize")
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 ENGINE_OUTPUTS = ["output_ids", "sequence_length"]
-# Asked for by the TensorRT-LLM front (``ensemble``) only: the ensemble requests what its map names.
+# Asked for by the TensorRT-LLM front (``ensemble``) only, without ``text_output``: an ensemble
+# asks a step for exactly what its map names.
 FRONT_TEXT = "trtllm_text_output"
 
 
@@ -158,7 +159,8 @@ class TritonPythonModel:
             request_id=request_id,
         )
         n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
-        front = FRONT_TEXT in request.requested_output_names()
+        asked = set(request.requested_output_names())  # a request naming none is asked for all
+        front = FRONT_TEXT in asked and "text_output" not in asked
         done = cancelled = False
         final = None  # a streamed request's last piece, held back until the engine is drained
         responses = engine_request.exec(decoupled=True)
