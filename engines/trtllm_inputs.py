@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from renderer.engine_request import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar
+from renderer.engine_tensors import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar
 from renderer.errors import MissingInputError, TensorError, UnsupportedInputError, ValueRangeError
 
 

@@ -6,7 +6,7 @@ A light process (no model, no tokenizer) that speaks OpenAI's ``/v1/chat/complet
 ``/metrics``, and forwards every request to the Triton ensembles
 over gRPC: the ensembles render, the engine generates; the front only translates.
 
-- ``requests.py``: an OpenAI / vLLM request body -> the ensemble's tensors, with vLLM's defaults;
+- ``protocol.py``: an OpenAI / vLLM request body -> the ensemble's tensors, with vLLM's defaults;
 - ``responses.py``: what the ensembles returned -> OpenAI's and vLLM's response bodies;
 - ``triton.py``: the asyncio gRPC client of the ensembles (cancellation included);
 - ``serving.py``: each endpoint's work (``FrontService``), over the ensembles, without HTTP;

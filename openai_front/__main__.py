@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .api_router import create_app
     from .body import DEFAULT_MAX_BODY_BYTES
-    from .requests import ModelCard
+    from .protocol import ModelCard
 
     card = ModelCard.from_model_dir(a.model_dir, a.served_model_name, a.max_model_len)
     app = create_app(card, a.triton, a.model_dir, a.max_body_bytes or DEFAULT_MAX_BODY_BYTES)

@@ -25,7 +25,7 @@ from renderer.errors import RenderError
 from . import responses as out
 from .body import DEFAULT_MAX_BODY_BYTES, read_body
 from .metrics import FrontMetrics, MetricsMiddleware
-from .requests import FrontError, ModelCard
+from .protocol import FrontError, ModelCard
 from .serving import EnsemblesClient, FrontService
 
 # Seconds a client is told to wait before it retries a 503 (Triton starting or restarting).

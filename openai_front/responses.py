@@ -7,7 +7,7 @@ import time
 from http import HTTPStatus
 from typing import Any, Mapping
 
-from .requests import ModelCard
+from .protocol import ModelCard
 
 
 def request_id(prefix: str) -> str:

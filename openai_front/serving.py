@@ -16,7 +16,7 @@ import anyio
 import numpy as np
 
 from . import responses as out
-from .requests import (
+from .protocol import (
     FrontError,
     ModelCard,
     Plan,

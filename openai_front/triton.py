@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator, Mapping
 
 import numpy as np
 
-from .requests import FrontError
+from .protocol import FrontError
 
 POST_PROCESSOR = "detokenize"  # the step of the chat and completion ensembles that drives the engine
 # A gRPC status code as an HTTP status; any other code is a 500.

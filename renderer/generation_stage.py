@@ -8,7 +8,7 @@ Rules kept here rather than in the adapter:
   prompt (``exclude_input_in_output``): a generation ensemble answers with generated text only,
   as vLLM's completions and chat do;
 - the seed default (a fresh random seed when the request names none) and the end / pad ids come
-  from ``GenerationResolver.tensors`` (``renderer/engine_request.py``).
+  from ``GenerationResolver.tensors`` (``renderer/engine_tensors.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .engine_request import GenerationResolver
+from .engine_tensors import GenerationResolver
 from .errors import MissingMaxTokensError
 from .sampling import SamplingParams, check_max_tokens
 

@@ -3,7 +3,7 @@ ragged.
 
 The committed ``config.pbtxt`` templates must declare exactly these (``tests/unit/test_stage_tensors.py``
 renders the repository for a text model and each image family and compares every field), and the
-same test holds every ensemble's maps to both ends. The engine's tensors (``engine_request.py``) and
+same test holds every ensemble's maps to both ends. The engine's tensors (``engine_tensors.py``) and
 each image family's (``multimodal/tensors.py``) are the tables these entries take theirs from, so a
 tensor of TensorRT-LLM's interface is typed in one place.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .engine_request import ENGINE_INPUTS, ENGINE_OUTPUTS, FRONT_OUTPUTS, POSTPROCESS_INPUTS, TensorSpec
+from .engine_tensors import ENGINE_INPUTS, ENGINE_OUTPUTS, FRONT_OUTPUTS, POSTPROCESS_INPUTS, TensorSpec
 from .multimodal.tensors import ITEM_TENSOR_SPECS, image_tensors
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .engine_request import Getter, read_scalar
+from .engine_tensors import Getter, read_scalar
 from .errors import MissingInputError, TensorError, UnsupportedInputError
 from .sampling import SamplingParams
 

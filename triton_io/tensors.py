@@ -144,7 +144,7 @@ class StageOutputs:
 
 def handed_on(request: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     """The inputs among ``names`` that the request carries, as they came (batch dimension removed),
-    for a step that passes them to the next one (``renderer.engine_request.CHAINED_INPUTS``)."""
+    for a step that passes them to the next one (``renderer.engine_tensors.CHAINED_INPUTS``)."""
     found = {name: get(request, name) for name in names}
     return {name: arr for name, arr in found.items() if arr is not None}
 

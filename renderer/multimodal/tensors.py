@@ -8,7 +8,7 @@ Layouts are described on ``MultiModalOutput``.
 
 from __future__ import annotations
 
-from ..engine_request import TensorSpec
+from ..engine_tensors import TensorSpec
 from ..errors import UnsupportedMultiModalError
 
 FAMILY_IMAGE_TENSORS: dict[str, tuple[TensorSpec, ...]] = {

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from client import RendererClient, RequestError
-from renderer.engine_request import ENGINE_INPUTS, encode_word_list
+from renderer.engine_tensors import ENGINE_INPUTS, encode_word_list
 
 pytestmark = pytest.mark.live
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from renderer.engine_request import FRONT_OUTPUTS, FRONT_OUTPUTS_MADE
+from renderer.engine_tensors import FRONT_OUTPUTS, FRONT_OUTPUTS_MADE
 from renderer.stage_tensors import UNBATCHED_OUTPUTS
 
 # TensorRT-LLM's ensemble outputs declared for its clients but never made (a step need not send

@@ -119,7 +119,7 @@ def test_media_kwargs_bag_must_be_an_object():
 
 @pytest.fixture(scope="module")
 def resolver(model_dir):
-    from renderer.engine_request import GenerationResolver
+    from renderer.engine_tensors import GenerationResolver
 
     return GenerationResolver.from_model_dir(str(model_dir))
 

@@ -4,7 +4,7 @@
 ``tensorrt_llm`` and ``ensemble`` models at the upstream commit it names (made by
 ``fixtures/trtllm/make_interface.py`` from the upstream configs). Here, with no server:
 
-- the one table of engine tensors (``renderer/engine_request.py``) agrees with it;
+- the one table of engine tensors (``renderer/engine_tensors.py``) agrees with it;
 - every ``config.pbtxt`` that declares engine tensors (the stand-in ``llm`` and its variants,
   ``llm_enc_dec``, the post-processing models that forward them, the parameter models that make
   them) declares each one exactly as TensorRT-LLM does;
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from renderer.engine_request import (
+from renderer.engine_tensors import (
     ENGINE_IMAGE_INPUTS,
     ENGINE_INPUTS,
     ENGINE_OUTPUTS,

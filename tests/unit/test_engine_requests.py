@@ -1,6 +1,6 @@
 """Reading requests at the seam, with no server: the ``ensemble`` front's TensorRT-LLM tensors
 (renderer/trtllm_front.py), ``sampling_params`` (renderer/sampling.py), the tensors
-``generation_params`` makes of them (renderer/engine_request.py), and an engine's reading of
+``generation_params`` makes of them (renderer/engine_tensors.py), and an engine's reading of
 ``tensorrt_llm`` tensors (engines/trtllm_inputs.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engines import trtllm_inputs
-from renderer.engine_request import GenerationResolver, StopPolicy, decode_word_list
+from renderer.engine_tensors import GenerationResolver, StopPolicy, decode_word_list
 from renderer.errors import InvalidParamsError, TensorError, UnsupportedInputError
 from renderer.sampling import SamplingParams
 from renderer.trtllm_front import parse_front_request

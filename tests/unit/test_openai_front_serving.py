@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Mapping
 import numpy as np
 import pytest
 
-from openai_front.requests import FrontError, ModelCard
+from openai_front.protocol import FrontError, ModelCard
 from openai_front.serving import FrontService
 from openai_front.triton import Piece
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from openai_front.requests import FrontError, ModelCard, completion_tensors, generation_plan
+from openai_front.protocol import FrontError, ModelCard, completion_tensors, generation_plan
 from openai_front.responses import error_body
 from openai_front.triton import _error
 from renderer.errors import FrontRequestError, RenderError
@@ -200,7 +200,7 @@ def test_body_valid_json_passes():
 def test_render_endpoints_check_sampling_fields(field, value, message):
     """A render request's sampling fields are checked as generation checks them (a wrong type was a
     500 from the render response's float())."""
-    from openai_front.requests import render_plan
+    from openai_front.protocol import render_plan
 
     with pytest.raises(RenderError) as e:
         render_plan({"prompt": "hi", field: value}, CARD, chat=False)

@@ -7,7 +7,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from renderer.engine_request import CHAINED_INPUTS, GenerationResolver
+from renderer.engine_tensors import CHAINED_INPUTS, GenerationResolver
 from renderer.generation_stage import GenerationRequest
 from triton_io import tensors as io
 

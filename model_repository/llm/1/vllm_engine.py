@@ -35,7 +35,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs
-from renderer.engine_request import ENGINE_OUTPUTS
+from renderer.engine_tensors import ENGINE_OUTPUTS
 from renderer.errors import RenderError, UnsupportedInputError
 from triton_io.outbox import ResponseOutbox
 
@@ -210,7 +210,7 @@ class VllmEngineModel:
 
     def _response(self, ids: list[int]) -> Any:
         # Through DLPack, not numpy (this stub runs in vLLM's environment, whose numpy 2 the 2.51
-        # stub cannot convert); each dtype as renderer/engine_request.py declares the output.
+        # stub cannot convert); each dtype as renderer/engine_tensors.py declares the output.
         out = self._output("output_ids", ids).reshape(1, 1, -1)  # [batch, beams, tokens]
         length = self._output("sequence_length", [[out.shape[-1]]])
         return pb_utils.InferenceResponse(
