@@ -93,8 +93,10 @@ def test_text_path(client):
     assert refused(client.render_chat, [{"role": "user", "content": "hello " * 80}]) == too_long(
         0, LIMIT + 1, at_least=True
     )
+    # The field it is about named after the message, vLLM's form (how the parameter crosses Triton).
     assert refused(client.render_completion, "hi", tokenize_params={"max_total_tokens": LIMIT + 1}) == (
-        f"max_total_tokens={LIMIT + 1} cannot be greater than the model's maximum context length of {LIMIT} tokens."
+        f"max_total_tokens={LIMIT + 1} cannot be greater than the model's maximum context length of {LIMIT} tokens. "
+        f"(parameter=max_total_tokens, value={LIMIT + 1})"
     )
 
 
