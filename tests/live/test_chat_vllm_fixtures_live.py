@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+from chat_rules import tools_rendered
 from chat_servers import render_only_model_dir, start_chat_server, tokenizer_dirs, trusts_request_templates
 
 from client import RendererClient, RequestError
@@ -87,14 +88,6 @@ def _client(s, protocol: str) -> RendererClient:
     return RendererClient(f"{s.host}:{s.http_port if protocol == 'http' else s.grpc_port}", protocol)
 
 
-def _as_recorded(params: dict | None) -> dict | None:
-    """The chat_params vLLM was sent: with tools, ``tool_choice`` "none" (by default vLLM refuses
-    its default "auto" without a tool parser; "none" still hands the tools to the template)."""
-    if params and params.get("tools"):
-        return {**params, "tool_choice": "none"}
-    return params
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_server_answers_as_vllm(case, protocol, servers, trust):
@@ -103,7 +96,7 @@ def test_server_answers_as_vllm(case, protocol, servers, trust):
         pytest.skip(f"recorded with --trust-request-chat-template={case['trust']}; this server differs")
     with _client(servers(name), protocol) as c:
         try:
-            r = c.render_chat(case["messages"], chat_params=_as_recorded(case["chat_params"]))
+            r = c.render_chat(case["messages"], chat_params=tools_rendered(case["chat_params"]))
         except RequestError as e:
             # vLLM answers a few of these 501 (data URLs it does not implement) or 500 (Pillow's
             # decompression-bomb guard); a client error here, with the same words.

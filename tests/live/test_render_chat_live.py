@@ -12,7 +12,7 @@ import pytest
 from chat_cases import CASES
 from chat_servers import port, render_only_model_dir, start_chat_server
 from chat_servers import tokenizer_dirs as chat_tokenizer_dirs
-from chat_rules import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED, hf_apply
+from chat_rules import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED, hf_apply, tools_rendered
 
 from client import RendererClient, RequestError
 from renderer.chat import (
@@ -84,7 +84,7 @@ def test_token_exact_parity(chat_server, references, protocol):
     port = s.http_port if protocol == "http" else s.grpc_port
     with RendererClient(f"{s.host}:{port}", protocol) as c:
         for case in cases:
-            r = c.render_chat(case["messages"], chat_params=case.get("chat_params"))
+            r = c.render_chat(case["messages"], chat_params=tools_rendered(case.get("chat_params")))
             assert r.rendered_prompt == reference(references, name, case, tokenize=False), case["id"]
             assert r.input_ids == reference(references, name, case, tokenize=True), case["id"]
             assert int(r.outputs["input_lengths"][0]) == len(r.input_ids)

@@ -288,3 +288,12 @@ def hf_apply(hf, renderer: ChatRenderer, rendered, params: ChatParams, *, tokeni
         return_dict=False,
         **kwargs,
     )
+
+
+def tools_rendered(params: dict | None) -> dict | None:
+    """``chat_params`` as vLLM renders a case with tools by default: ``tool_choice`` "none" (vLLM
+    refuses its default "auto" without a tool parser; "none" still hands the tools to the template,
+    which is what the fixtures were recorded with and what the transformers reference renders)."""
+    if params and params.get("tools"):
+        return {**params, "tool_choice": "none"}
+    return params
