@@ -1,14 +1,15 @@
 """Build the tiny vision-language models the image path serves (default: Qwen2-VL).
 
 No small vision-language weights exist on the package registries, so the model is a
-``Qwen2VLForConditionalGeneration`` from a config (hidden 64, 2 text layers, vision depth 1),
+``Qwen2VLForConditionalGeneration`` from a config (hidden 128, 2 text layers, vision depth 1),
 every weight drawn from a seeded numpy generator in a fixed (sorted) parameter order: the bytes
 are the same on every machine and torch version. It pairs with the offline Qwen3 tokenizer folder
 (``<|vision_start|>`` 151652, ``<|image_pad|>`` 151655, ``<|vision_end|>`` 151653), which the
 launcher builds in ``MODELS_DIR/tokenizers`` (``model_builders.reference_tokenizers``) and passes in, and
 carries Qwen2-VL's ``preprocessor_config.json`` and chat template, so ``renderer.multimodal``
 reads its image settings from the folder like from a real checkpoint.
-It generates nonsense, through the real transformers classes.
+It generates nonsense, through the real transformers classes. Every attention head is 32 wide:
+vLLM's CPU attention takes head sizes of 32 and up, so vLLM's own engine can run these models too.
 
 ``max_pixels`` is lowered to 28*28*256 (at most 256 image tokens per image) so a CPU forward stays
 fast; everything else is Qwen2-VL's published preprocessing.
@@ -106,23 +107,23 @@ def _pixtral_config():  # noqa: ANN202
 
     return LlavaConfig(
         vision_config=PixtralVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
+            hidden_size=64,
+            intermediate_size=128,
             num_hidden_layers=1,
             num_attention_heads=2,
-            head_dim=16,
+            head_dim=32,
             patch_size=16,
             image_size=1024,
             num_channels=3,
         ),
         text_config=MistralConfig(
             vocab_size=131072,
-            hidden_size=64,
-            intermediate_size=128,
+            hidden_size=128,
+            intermediate_size=256,
             num_hidden_layers=2,
             num_attention_heads=4,
             num_key_value_heads=2,
-            head_dim=16,
+            head_dim=32,
             max_position_embeddings=4096,
             bos_token_id=1,
             eos_token_id=2,
@@ -144,14 +145,14 @@ def _config():  # noqa: ANN202 - transformers type, imported lazily
     return Qwen2VLConfig(
         text_config={
             "vocab_size": 151669,
-            "hidden_size": 64,
-            "intermediate_size": 128,
+            "hidden_size": 128,
+            "intermediate_size": 256,
             "num_hidden_layers": 2,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
             "max_position_embeddings": 4096,
-            # head_dim 16 -> 8 rotary frequencies split over (t, h, w).
-            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            # head_dim 32 -> 16 rotary frequencies split over (t, h, w).
+            "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
             "rope_theta": 1000000.0,
             "bos_token_id": 151643,
             "eos_token_id": 151645,
@@ -159,8 +160,8 @@ def _config():  # noqa: ANN202 - transformers type, imported lazily
         },
         vision_config={
             "depth": 1,
-            "embed_dim": 32,
-            "hidden_size": 64,
+            "embed_dim": 64,
+            "hidden_size": 128,  # the merger's output: the text model's hidden size
             "num_heads": 2,
             "mlp_ratio": 2,
             "patch_size": 14,
@@ -177,9 +178,22 @@ def _config():  # noqa: ANN202 - transformers type, imported lazily
     )
 
 
+# Written into every folder this builds; a folder from another layout (the head size 16 of
+# before) is rebuilt rather than served.
+BUILD_MARKER = ".vlm_build"
+BUILD_VERSION = "2: attention heads 32 wide"
+
+
 def is_built(out_dir: Path) -> bool:
-    """Whether ``out_dir`` holds a complete model folder (``build`` publishes it atomically)."""
-    return (Path(out_dir) / "config.json").exists() and (Path(out_dir) / "model.safetensors").exists()
+    """Whether ``out_dir`` holds a complete model folder of this layout (``build`` publishes it
+    atomically)."""
+    out_dir = Path(out_dir)
+    marker = out_dir / BUILD_MARKER
+    return (
+        (out_dir / "model.safetensors").exists()
+        and marker.exists()
+        and marker.read_text(encoding="utf-8").strip() == BUILD_VERSION
+    )
 
 
 def build(out_dir: Path, tokenizer_dir: Path | None = None, family: str = "qwen2_vl") -> Path:
@@ -225,6 +239,7 @@ def build(out_dir: Path, tokenizer_dir: Path | None = None, family: str = "qwen2
     for f in TOKENIZER_FILES:
         shutil.copy2(tokenizer_dir / f, tmp / f)
     (tmp / "generation_config.json").unlink(missing_ok=True)  # carries a version string: not byte-stable
+    (tmp / BUILD_MARKER).write_text(BUILD_VERSION + "\n", encoding="utf-8")
     if family == "pixtral":
         shutil.copy2(tokenizer_dir / "chat_template.jinja", tmp / "chat_template.jinja")
         (tmp / "preprocessor_config.json").write_text(json.dumps(PIXTRAL_PREPROCESSOR_CONFIG, indent=2) + "\n")
