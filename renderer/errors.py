@@ -38,15 +38,20 @@ class RenderError(ValueError):
     """A request the renderer refuses; the message says what was wrong.
 
     ``parameter`` (and ``value``, where it is safe to echo) name the request field it is about; the
-    message then ends in vLLM's ``(parameter=..., value=...)``, which is how the parameter travels."""
+    message then ends in vLLM's ``(parameter=..., value=...)``, which is how the parameter travels.
+    A class whose vLLM counterpart prints no suffix sets ``prints_parameter = False``: the message
+    stays vLLM's exact text and the parameter is kept beside it."""
+
+    prints_parameter: bool = True
 
     def __init__(self, message: str = "", *, parameter: str | None = None, value: Any = None) -> None:
-        super().__init__(parameter_suffix(message, parameter, value))
+        super().__init__(parameter_suffix(message, parameter, value) if self.prints_parameter else message)
+        self._parameter = parameter
 
     @property
     def parameter(self) -> str | None:
         """The request field this error is about, when it names one."""
-        return parameter_of(str(self))
+        return parameter_of(str(self)) if self.prints_parameter else self._parameter
 
 
 class InvalidParamsError(RenderError):
@@ -437,11 +442,12 @@ class ToolParsingUnavailableError(ToolChoiceError):
     """``tool_choice`` needs tool calls parsed from the output and the server parses none.
 
     vLLM's online renderer answers these with ``param`` null and no ``(parameter=...)`` suffix, so
-    the message is left bare (its exact wording) and ``parameter`` is stated here instead."""
+    the message is left bare (its exact wording) and ``parameter`` is kept beside it."""
 
-    @property
-    def parameter(self) -> str | None:
-        return "tool_choice"
+    prints_parameter = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, parameter="tool_choice")
 
 
 class AutoToolChoiceDisabledError(ToolParsingUnavailableError):
@@ -469,14 +475,7 @@ class FrontRequestError(RenderError):
     ``param``, rather than printed in it."""
 
     status: int = HTTPStatus.BAD_REQUEST
-
-    def __init__(self, message: str, *, parameter: str | None = None) -> None:
-        super().__init__(message)
-        self._parameter = parameter
-
-    @property
-    def parameter(self) -> str | None:
-        return self._parameter
+    prints_parameter = False
 
     @property
     def message(self) -> str:
