@@ -106,7 +106,7 @@ def llm(tmp_path_factory):
         yield repo.model("llm")
 
 
-def engine_tensors(ids: list[int], max_tokens: int) -> fake_triton.Request:
+def engine_request(ids: list[int], max_tokens: int) -> fake_triton.Request:
     t = fake_triton.Tensor
     return fake_triton.Request(
         [
@@ -120,10 +120,10 @@ def engine_tensors(ids: list[int], max_tokens: int) -> fake_triton.Request:
 
 def test_a_caller_that_stopped_taking_responses_holds_up_only_its_own_request(llm, monkeypatch):
     monkeypatch.setattr(outbox, "DEFAULT_STALL_S", STALL_S)
-    dead = engine_tensors([1, 2, 3], max_tokens=200)
+    dead = engine_request([1, 2, 3], max_tokens=200)
     blocked = NeverReturns()
     dead.sender = blocked  # type: ignore[assignment]
-    normal = engine_tensors([1, 2, 3], max_tokens=4)
+    normal = engine_request([1, 2, 3], max_tokens=4)
     try:
         llm.execute([dead])
         llm.execute([normal])  # queued behind the dead caller's request on the one worker

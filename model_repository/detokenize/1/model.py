@@ -152,7 +152,7 @@ class TritonPythonModel:
             max_tokens=io.get_scalar(request, "request_output_len"),
         )
         request_id = uuid.uuid4().hex
-        engine_tensors = pb_utils.InferenceRequest(
+        engine_request = pb_utils.InferenceRequest(
             model_name=self.engine,
             inputs=tensors,
             requested_output_names=ENGINE_OUTPUTS,
@@ -163,8 +163,8 @@ class TritonPythonModel:
         front = FRONT_TEXT in asked and "text_output" not in asked
         done = cancelled = False
         final = None  # a streamed request's last piece, held back until the engine is drained
-        responses = engine_tensors.exec(decoupled=True)
-        held += (engine_tensors, responses)
+        responses = engine_request.exec(decoupled=True)
+        held += (engine_request, responses)
         for response in responses:
             if done:
                 continue  # draining a request ended here
