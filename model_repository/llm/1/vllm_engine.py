@@ -4,7 +4,9 @@
 The ensembles hand over what vLLM's renderer would: prompt ids (or prompt embeddings, as
 TensorRT-LLM's prompt table rows behind fake ids), which go to ``AsyncLLM.generate`` as vLLM 0.32's
 own engine inputs (``tokens_input`` / ``embeds_input``): vLLM never renders or tokenizes again and
-never detokenizes (``detokenize=False``; ``detokenize`` makes the text). The request is read
+never detokenizes (``detokenize=False``; ``detokenize`` makes the text). An image family's prompt
+comes with ``mm_process``'s tensors, which become vLLM's ``MultiModalInput`` (``engines/vllm_images.py``):
+vLLM never decodes, processes or hashes the images again. The request is read
 with the stand-in's rules (``engines/trtllm_inputs.py``), so both engines answer alike:
 
 - ``end_id`` and one-id words of ``stop_words_list`` become vLLM's ``stop_token_ids`` (with
@@ -34,9 +36,10 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from engines import trtllm_inputs
+from engines import trtllm_inputs, vllm_images
 from renderer.engine_tensors import ENGINE_OUTPUTS
 from renderer.errors import RenderError, UnsupportedInputError
+from renderer.multimodal.tensors import identifiers_from_array
 from triton_io.outbox import ResponseOutbox
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -74,6 +77,8 @@ class VllmEngineModel:
         self._torch = torch
         self._tokens_input, self._embeds_input = tokens_input, embeds_input
         self._SamplingParams, self._DELTA = SamplingParams, RequestOutputKind.DELTA
+        self.family = params.get("family", "")
+        images = vllm_images.engine_args(self.family, int(params["limit_mm_per_prompt"])) if self.family else {}
         engine_args = AsyncEngineArgs(
             model=params["model_dir"],
             dtype=params.get("dtype") or "auto",
@@ -81,11 +86,14 @@ class VllmEngineModel:
             enforce_eager=params.get("device", "cpu") == "cpu",
             enable_prompt_embeds=params.get("enable_prompt_embeds", "false") == "true",
             disable_log_stats=True,
+            **images,
         )
         # Built outside any running event loop: its output handler starts on the first
         # generate(), on the stub's loop, where every request then runs.
         self.engine = AsyncLLM.from_engine_args(engine_args)
         self.vocab_size = int(self.engine.model_config.get_vocab_size())
+        token = vllm_images.family(self.family).image_token if self.family else None
+        self.image_token_id = int(getattr(self.engine.model_config.hf_config, token)) if token else -1
         self._ids = itertools.count()
         self._running: dict[str, str] = {}  # Triton request id -> vLLM request id
         self._tasks: set[asyncio.Task] = set()
@@ -127,10 +135,8 @@ class VllmEngineModel:
                 sender.send(flags=FINAL)  # as TensorRT-LLM answers a stop: an empty final response
                 return
             req = trtllm_inputs.parse(lambda n: self._get(request, n), self.vocab_size, request_id=request.request_id())
-            if req.images:
-                raise UnsupportedInputError(
-                    "pixel_values", "this server's vLLM engine serves text prompts (docs/ENGINES.md)"
-                )
+            if req.images and not self.family:
+                raise UnsupportedInputError("pixel_values", "this server's model takes no images")
             await self._generate(request, sender, req)
         except Exception as e:  # noqa: BLE001 - the error goes to this request only
             sender.send(pb_utils.InferenceResponse(output_tensors=[], error=self._error(e)), flags=FINAL)
@@ -145,6 +151,9 @@ class VllmEngineModel:
         )
 
     def _engine_input(self, req: trtllm_inputs.EngineRequest) -> Any:
+        if req.images:
+            hashes = identifiers_from_array(req.images["mm_identifiers"])
+            return vllm_images.mm_input(self.family, req.input_ids, req.images, hashes, self.image_token_id)
         if req.prompt_embeds is not None:
             return self._embeds_input(self._torch.from_numpy(np.ascontiguousarray(req.prompt_embeds)))
         return self._tokens_input(list(req.input_ids))

@@ -15,7 +15,7 @@ from renderer.chat_stage import MediaKwargs
 from renderer.media_defaults import DEFAULT_IMAGE_PROCESSOR
 from renderer.multimodal.media import MediaLimits
 from renderer.multimodal.processor import MultiModalProcessor
-from renderer.multimodal.tensors import image_tensors
+from renderer.multimodal.tensors import identifiers_array, image_tensors
 from renderer.params import LengthLimit
 from triton_io import tensors as io
 
@@ -69,6 +69,7 @@ class TritonPythonModel:
             OUT("token_offsets", offsets),
             OUT("mm_placeholders", out.mm_placeholders_array()),
             OUT("mm_hashes", list(out.hashes)),
+            OUT("mm_identifiers", identifiers_array(out.hashes)),
         ]
         produced = out.tensors()
         tensors += [
