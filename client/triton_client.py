@@ -196,6 +196,15 @@ class Generated:
     output_ids: list[int]
     """Ids of this response."""
 
+    finish_reason: str = ""
+    """Why generation ended, on the last response ("stop", "length", "abort", "tool_calls");
+    "" before it."""
+
+    parsed: Any = None
+    """``chat`` under the server's tool-call / reasoning parsers: vLLM's message (``content``,
+    ``reasoning``, ``tool_calls``) of a whole answer, or a streamed step's delta (None: the step
+    adds nothing); None too when the server parses nothing."""
+
 
 def _bytes_arr(value: str | bytes) -> np.ndarray:
     return np.array([[value.encode() if isinstance(value, str) else value]], dtype=np.object_)
@@ -366,7 +375,12 @@ class RendererClient:
                 text = result.as_numpy("text_output")
                 if text is not None:
                     ids = result.as_numpy("output_ids")  # the TensorRT-LLM front returns text only
-                    yield Generated(text.reshape(-1)[0].decode(), [] if ids is None else ids.reshape(-1).tolist())
+                    yield Generated(
+                        text.reshape(-1)[0].decode(),
+                        [] if ids is None else ids.reshape(-1).tolist(),
+                        _first_str(result.as_numpy("finish_reason")),
+                        _parsed(_first_str(result.as_numpy("parsed_output"))),
+                    )
                 if final:
                     ended = True
                     return
@@ -407,7 +421,26 @@ class RendererClient:
                     raise RequestError(None, event["error"])
                 ids = event.get("output_ids", [])
                 text = event.get("text_output", "")
-                yield Generated(text[0] if isinstance(text, list) else text, ids if isinstance(ids, list) else [ids])
+                yield Generated(
+                    _one(text),
+                    ids if isinstance(ids, list) else [ids],
+                    _one(event.get("finish_reason", "")),
+                    _parsed(_one(event.get("parsed_output", ""))),
+                )
+
+
+def _one(value: Any) -> str:
+    """A [1] string output as Triton's generate endpoint writes it (a list or the string)."""
+    return value[0] if isinstance(value, list) else value
+
+
+def _first_str(arr: np.ndarray | None) -> str:
+    return "" if arr is None or not arr.size else arr.reshape(-1)[0].decode()
+
+
+def _parsed(text: str) -> Any:
+    """``parsed_output`` as data ("" when the server parses nothing; "null": a step adding nothing)."""
+    return json.loads(text) if text else None
 
 
 def _generate_body(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "trust_request_mm_kwargs": "true" if s.trust_request_mm_kwargs else "false",
         "enable_auto_tool_choice": "true" if s.enable_auto_tool_choice else "false",
         "tool_call_parser": s.tool_call_parser,
+        "reasoning_parser": s.reasoning_parser,
         "request_template_timeout_s": str(s.request_template_timeout_s),
         "request_template_memory_mb": str(s.request_template_memory_mb),
         "request_template_max_bytes": str(s.request_template_max_bytes),

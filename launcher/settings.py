@@ -115,6 +115,9 @@ class Settings:
     tool_call_parser: str = ""
     """vLLM's ``--tool-call-parser`` ("hermes", "llama3_json", "mistral"), in use only with
     ``enable_auto_tool_choice``; without one, "required" and a named ``tool_choice`` are refused too."""
+    reasoning_parser: str = ""
+    """vLLM's ``--reasoning-parser`` ("deepseek_r1", "qwen3"): a chat's thinking comes back as
+    ``reasoning``, apart from the content; its markers must be tokens of the model."""
     request_template_timeout_s: float = template_defaults.DEFAULT_TIMEOUT_S
     """Wall-clock deadline of one request template's analysis or render in its worker process."""
     request_template_memory_mb: int = template_defaults.DEFAULT_MEMORY_MB

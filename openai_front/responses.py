@@ -29,13 +29,21 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def completion_body(
-    kind: str, rid: str, model: str, text: str, finish: str, prompt_tokens: int, completion_tokens: int
+    kind: str,
+    rid: str,
+    model: str,
+    text: str,
+    finish: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    message: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A whole answer: ``chat.completion`` or ``text_completion``."""
+    """A whole answer: ``chat.completion`` or ``text_completion``; ``message``: the chat's answer
+    as the server's parsers split it (content, reasoning, tool calls), else the text as content."""
     if kind == "chat":
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message if message is not None else {"role": "assistant", "content": text},
             "logprobs": None,
             "finish_reason": finish,
             "stop_reason": None,
@@ -65,14 +73,17 @@ def chunk_body(
     finish: str | None = None,
     usage_: dict[str, int] | None = None,
     no_choices: bool = False,
+    delta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One server-sent event of a streamed answer."""
+    """One server-sent event of a streamed answer; ``delta``: a chat step as the server's parsers
+    made it (vLLM's ``DeltaMessage``), in place of the text as content."""
     if no_choices:
         choices: list[dict[str, Any]] = []
     elif kind == "chat":
-        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-        if text is not None:
-            delta["content"] = text
+        if delta is None:
+            delta = {"role": "assistant", "content": ""} if role else {}
+            if text is not None:
+                delta["content"] = text
         choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
     else:
         choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]

@@ -131,8 +131,9 @@ class FrontService:
         n_out = sum(len(p.ids) for p in got)
         last = got[-1] if got else Piece("", [], "length", 0)
         rid = out.request_id("chatcmpl" if plan.model == "chat" else "cmpl")
+        message = json.loads(last.parsed) if last.parsed else None
         return out.completion_body(
-            plan.model, rid, self.card.name, text, last.finish_reason or "length", last.prompt_tokens, n_out
+            plan.model, rid, self.card.name, text, last.finish_reason or "length", last.prompt_tokens, n_out, message
         )
 
     async def events(self, plan: Plan, first: Piece | None, rest: AsyncIterator[Piece]) -> AsyncIterator[str]:
@@ -158,11 +159,23 @@ class FrontService:
             async for p in all_pieces():
                 n_out += len(p.ids)
                 prompt_tokens = p.prompt_tokens
-                if not p.text and not p.finish_reason:
+                # With parsing on, the step's delta as vLLM's parser made it (null: no chunk).
+                delta = json.loads(p.parsed) if p.parsed else None
+                sends = delta is not None if p.parsed else bool(p.text)
+                if not sends and not p.finish_reason:
                     continue
                 use = out.usage(prompt_tokens, n_out) if plan.continuous_usage else None
                 yield event(
-                    out.chunk_body(kind, rid, name, created, text=p.text, finish=p.finish_reason or None, usage_=use)
+                    out.chunk_body(
+                        kind,
+                        rid,
+                        name,
+                        created,
+                        text=p.text,
+                        finish=p.finish_reason or None,
+                        usage_=use,
+                        delta=delta if p.parsed else None,
+                    )
                 )
             if plan.include_usage:
                 yield event(

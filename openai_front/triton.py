@@ -63,6 +63,10 @@ class Piece:
     prompt_tokens: int
     """The prompt's length in tokens."""
 
+    parsed: str = ""
+    """The ``chat`` ensemble's ``parsed_output``: the JSON of vLLM's message (or, streamed, of the
+    step's delta) when the server parses tool calls or reasoning; "" otherwise."""
+
 
 def _error(e: Exception) -> FrontError:
     """A failed call as an HTTP status: Triton's gRPC status code says whose fault it was."""
@@ -177,11 +181,13 @@ class Ensembles:
                     ids = result.as_numpy("output_ids")
                     finish = result.as_numpy("finish_reason")
                     n = result.as_numpy("input_lengths")
+                    parsed = result.as_numpy("parsed_output")
                     yield Piece(
                         text.reshape(-1)[0].decode(),
                         [] if ids is None else ids.reshape(-1).tolist(),
                         "" if finish is None else finish.reshape(-1)[0].decode(),
                         0 if n is None else int(n.reshape(-1)[0]),
+                        "" if parsed is None else parsed.reshape(-1)[0].decode(),
                     )
                 if result.get_response().parameters["triton_final_response"].bool_param:
                     finished = True

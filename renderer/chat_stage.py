@@ -102,7 +102,11 @@ class ChatStage:
         """``media_limits``: the server's (``LIMIT_MM_PER_PROMPT``); ``options``: further
         ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
         # The server's stage checks tool_choice as vLLM's online renderer does (vLLM's defaults).
-        options.setdefault("tool_choice_policy", ToolChoicePolicy())
+        policy = options.setdefault("tool_choice_policy", ToolChoicePolicy())
+        if policy.reasoning_parser:
+            from .tokenizer import Tokenizer
+
+            policy.check_vocabulary(Tokenizer.from_pretrained(model_dir).hf.get_vocab())
         family = detect_family(model_dir)
         placeholder = load_family(model_dir).placeholder_text if family else None
         chat = ChatRenderer.from_model_dir(

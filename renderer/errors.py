@@ -465,6 +465,26 @@ class ToolParserRequiredError(ToolParsingUnavailableError):
         super().__init__(f"tool_choice={described} requires --tool-call-parser to be set")
 
 
+class ForcedToolChoiceUnavailableError(ToolChoiceError):
+    """``tool_choice`` "required" or a named function, with a tool-call parser in use, on a request
+    that generates: vLLM forces the call with structured outputs (a grammar in its sampler), which
+    no engine here takes (TensorRT-LLM's ``guided_decoding_*`` inputs are not served)."""
+
+    def __init__(self, described: str) -> None:
+        super().__init__(
+            f"tool_choice={described} is not served: vLLM forces the call with structured outputs "
+            'and this server\'s engines take no guided decoding; send tool_choice "auto"',
+            parameter="tool_choice",
+        )
+
+
+class OutputParsingError(TensorError):
+    """The ``output_parsing`` tensor (``chat_render``'s instructions to ``detokenize``) is not one."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"Input 'output_parsing' {detail}.", parameter="output_parsing")
+
+
 # --- the HTTP front's own refusals (OpenAI's request body and fields) ---------------------------
 
 

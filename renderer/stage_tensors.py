@@ -127,7 +127,12 @@ _PARAMS_OUTPUTS = tuple(
 )
 
 _CHAT_INPUTS = (_t("messages", "TYPE_STRING", (1,)), _t("chat_params", "TYPE_STRING", (1,), optional=True))
-_CHAT_PROMPT = (_t("prompt", "TYPE_STRING", (1,)), _t("chat_template_applied", "TYPE_BOOL", (1,)))
+_CHAT_PROMPT = (
+    _t("prompt", "TYPE_STRING", (1,)),
+    _t("chat_template_applied", "TYPE_BOOL", (1,)),
+    # What ``detokenize`` reads from the generated text: ``renderer.output_parsers.request.OutputParsing``.
+    _t("output_parsing", "TYPE_STRING", (1,)),
+)
 
 # The text form of every Python model (``config.pbtxt``).
 STAGES: dict[str, StageTensors] = {
@@ -147,8 +152,15 @@ STAGES: dict[str, StageTensors] = {
             _engine("request_output_len"),
             *_REQUEST_OPTIONS,
             *_OUTPUT_RULES,
+            _t("output_parsing", "TYPE_STRING", (1,), optional=True),
         ),
-        outputs=(*_POSTPROCESS_OUTPUTS, *_FRONT_POSTPROCESS_OUTPUTS),
+        outputs=(
+            *_POSTPROCESS_OUTPUTS,
+            # The text split as vLLM's chat serving splits it (JSON of its message, or of the
+            # step's delta when streamed; "" when nothing is parsed).
+            _t("parsed_output", "TYPE_STRING", (1,)),
+            *_FRONT_POSTPROCESS_OUTPUTS,
+        ),
     ),
     "detokenize_enc_dec": StageTensors(
         inputs=(

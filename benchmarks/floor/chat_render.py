@@ -17,6 +17,7 @@ class TritonPythonModel:
                     output_tensors=[
                         pb_utils.Tensor("prompt", messages.reshape(1, 1)),
                         pb_utils.Tensor("chat_template_applied", np.array([[True]])),
+                        pb_utils.Tensor("output_parsing", np.array([[b""]], dtype=np.object_)),
                         pb_utils.Tensor("mm_placeholders", np.zeros((1, 0, 2), np.int32)),
                         pb_utils.Tensor("mm_hashes", np.zeros((1, 0), dtype=np.object_)),
                     ]

@@ -34,6 +34,7 @@ from .request import validate_chat_request
 from .sandbox import TemplateLimits
 from .template import ChatTemplateSource, resolve_chat_template
 from .template_worker import RequestTemplateLimits, TemplateWorker
+from ..output_parsers.request import OutputParsing
 from .tool_choice import ToolChoicePolicy
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class RenderedChat:
 
     content_format: str
     """The content format used: "string" or "openai"."""
+
+    output_parsing: OutputParsing = OutputParsing()
+    """What is read from the generated text (tool calls, reasoning) under the server's parsers."""
 
 
 class ChatRenderer:
@@ -154,7 +158,12 @@ class ChatRenderer:
                 tools=tools,
                 limits=self.limits,
             )
-        return RenderedChat(prompt, conversation, parsed.mm_items, content_format)
+        parsing = (
+            self.tool_choice_policy.output_parsing(request.tools, request.tool_choice)
+            if self.tool_choice_policy is not None
+            else OutputParsing()
+        )
+        return RenderedChat(prompt, conversation, parsed.mm_items, content_format, parsing)
 
     def _is_request_template(self, chat_template: str | None) -> bool:
         """Whether ``chat_template`` is the request's own text, not absent and not the name of one

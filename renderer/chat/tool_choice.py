@@ -25,6 +25,7 @@ from ..errors import (
     UnknownToolChoiceError,
 )
 from ..flags import parse_flag
+from ..output_parsers.request import OutputParsing, output_parsing_for
 
 
 class _Unset:
@@ -108,7 +109,17 @@ class ToolChoicePolicy:
     """``TOOL_CALL_PARSER``: vLLM's name of the parser that reads tool calls from the output
     ("hermes", "llama3_json", "mistral"); empty for none."""
 
+    reasoning_parser: str = ""
+    """``REASONING_PARSER``: vLLM's ``--reasoning-parser`` ("deepseek_r1", "qwen3"), which splits a
+    reasoning model's thinking into ``reasoning``; empty for none. Its markers must be tokens of
+    the model's vocabulary (``check_vocabulary``)."""
+
     def __post_init__(self) -> None:
+        if self.reasoning_parser:
+            from ..output_parsers.registry import REASONING_PARSER_NAMES
+
+            if self.reasoning_parser not in REASONING_PARSER_NAMES:
+                raise ValueError(f"reasoning_parser_name='{self.reasoning_parser}' has not been registered")
         if not self.enable_auto_tool_choice:
             return  # vLLM reads the parser only with auto tool choice on
         if not self.tool_call_parser:
@@ -123,7 +134,19 @@ class ToolChoicePolicy:
         return cls(
             enable_auto_tool_choice=parse_flag(params.get("enable_auto_tool_choice") or "false"),
             tool_call_parser=params.get("tool_call_parser") or "",
+            reasoning_parser=params.get("reasoning_parser") or "",
         )
+
+    def check_vocabulary(self, vocab: Mapping[str, int]) -> None:
+        """Refuse, at start-up, a reasoning parser whose markers the model's vocabulary lacks (as
+        vLLM refuses to build it)."""
+        from ..output_parsers.registry import output_parser
+
+        output_parser(self.parser, self.reasoning_parser or None, vocab)
+
+    def output_parsing(self, tools: Any, tool_choice: Any) -> OutputParsing:
+        """What ``detokenize`` reads from one request's output (``tool_choice`` validated)."""
+        return output_parsing_for(self.parser, self.reasoning_parser or None, tools, tool_choice)
 
     @property
     def parser(self) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -20,10 +19,10 @@ import pytest
 
 from client import RendererClient, RequestError
 from renderer.engine_tensors import ENGINE_INPUTS, encode_word_list
+from tests.support.trtllm_engine import engine_folder
 
 pytestmark = pytest.mark.live
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "trtllm" / "interface.json").read_text())
 PROMPT = "The capital of France is"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -217,28 +216,6 @@ def test_streamed_multibyte_text_equals_the_non_streamed(client, hf_tokenizer, p
 # --- a tensorrt_llm folder from the upstream listing, and a model with two EOS ids --------------
 
 
-def trtllm_config(model_dir: Path) -> str:
-    """``tensorrt_llm``'s config as upstream declares it (every input and output), served by the stand-in."""
-    fill = {"${logits_datatype}": "TYPE_FP32", "${encoder_input_features_data_type}": "TYPE_FP16"}
-
-    def tensor(t, is_input):
-        s = f'  {{ name: "{t["name"]}" data_type: {fill.get(t["data_type"], t["data_type"])} dims: {t["dims"]}'
-        if is_input and t["optional"]:
-            s += " optional: true"
-        if is_input and t["ragged"]:
-            s += " allow_ragged_batch: true"
-        return s + " }"
-
-    ins = ",\n".join(tensor(t, True) for t in FIXTURE["tensorrt_llm"]["inputs"])
-    outs = ",\n".join(tensor(t, False) for t in FIXTURE["tensorrt_llm"]["outputs"])
-    return (
-        f'name: "tensorrt_llm"\nbackend: "python"\nmax_batch_size: 64\n'
-        f"model_transaction_policy {{ decoupled: true }}\ninput [\n{ins}\n]\noutput [\n{outs}\n]\n"
-        f"instance_group [ {{ count: 1 kind: KIND_CPU }} ]\n"
-        f'parameters {{ key: "model_dir" value: {{ string_value: "{model_dir}" }} }}\n'
-    )
-
-
 @pytest.fixture(scope="module")
 def two_eos(model_dir, hf_tokenizer, greedy, tmp_path_factory):
     """The default model, with a generation config that lists a second EOS id: the id greedy
@@ -258,10 +235,9 @@ def two_eos(model_dir, hf_tokenizer, greedy, tmp_path_factory):
 def trtllm_server(server_settings, two_eos, tmp_path_factory):
     from launcher import cli as launch
 
-    engine = tmp_path_factory.mktemp("engine") / "tensorrt_llm"
-    (engine / "1").mkdir(parents=True)
-    (engine / "config.pbtxt").write_text(trtllm_config(two_eos))
-    shutil.copy(ROOT / "model_repository" / "llm" / "1" / "model.py", engine / "1" / "model.py")
+    engine = engine_folder(
+        tmp_path_factory.mktemp("engine"), two_eos, ROOT / "model_repository" / "llm" / "1" / "model.py"
+    )
     port = int(os.environ.get("TEST_ENGINE_PORT", 18400))
     s = replace(
         server_settings,

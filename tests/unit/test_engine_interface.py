@@ -116,7 +116,8 @@ def test_post_processing_forwards_tensorrt_llms_tensors(name):
     """What ``detokenize`` receives and forwards (or sets) to the engine is typed as TensorRT-LLM types it."""
     cfg = parse_config(REPO / name)
     declared = tensors(cfg.input)
-    own = set(POSTPROCESS_INPUTS) | set(ENGINE_IMAGE_INPUTS) | {"input_embeds"}
+    # Its own: vLLM's output rules, the images, prompt embeddings and chat_render's parsing.
+    own = set(POSTPROCESS_INPUTS) | set(ENGINE_IMAGE_INPUTS) | {"input_embeds", "output_parsing"}
     for tname, (dtype, dims) in declared.items():
         if tname in own:
             continue

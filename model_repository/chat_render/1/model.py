@@ -40,6 +40,7 @@ class TritonPythonModel:
         tensors = [
             OUT("prompt", [out.rendered.prompt]),
             OUT("chat_template_applied", [True]),
+            OUT("output_parsing", [out.rendered.output_parsing.to_json()]),
         ]
         if self.stage.multimodal:
             tensors += [

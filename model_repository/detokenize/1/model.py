@@ -40,6 +40,8 @@ from renderer.detokenizer import IncrementalDetokenizer
 from renderer.engine_tensors import ENGINE_IMAGE_INPUTS, FORWARDED, prompt_table_tensors
 from renderer.errors import EngineError, EngineFaultError
 from renderer.model_info import ModelInfo
+from renderer.output_parsers.answer import AnswerParser, AnswerStream
+from renderer.output_parsers.request import OutputParsing
 from renderer.tokenizer import Tokenizer
 from triton_io import tensors as io
 from triton_io.deferred_release import DeferredRelease
@@ -57,11 +59,16 @@ FRONT_TEXT = "trtllm_text_output"
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         params = io.model_params(args)
-        self.name = json.loads(args["model_config"])["name"]
+        config = json.loads(args["model_config"])
+        self.name = config["name"]
+        # detokenize_enc_dec shares this adapter and declares no parsed_output.
+        self.parses = any(o["name"] == "parsed_output" for o in config.get("output", []))
         self.engine = params["engine_model"]
         self.encoder_decoder = io.flag(params, "encoder_decoder")
         self.tokenizer = Tokenizer.from_pretrained(params["model_dir"])
         self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
+        # Tool calls and reasoning read from a chat's text, as chat_render's output_parsing says.
+        self.answers = AnswerParser(self.tokenizer.hf.get_vocab())
         self._running: dict[str, threading.Event] = {}  # request id -> set to cancel it
         self._lock = threading.Lock()
         # Every BLS call's Python objects outlive the stub's own references to them, so none is
@@ -138,16 +145,19 @@ class TritonPythonModel:
     def _generate(self, request: Any, sender: Any, cancel: threading.Event, held: list[Any]) -> Any:
         """Runs the engine request, streams the text pieces when the client streams; returns the
         final response, for the caller to send once the stub has let go of the BLS calls."""
+        parsing = OutputParsing.from_json(io.get_str(request, "output_parsing")) if self.parses else OutputParsing()
+        parsing.check_servable()  # before the engine sees the request
         tensors, prompt_ids = self._engine_inputs(request)
         held.append(tensors)
         stream = bool(io.get_scalar(request, "streaming", bool))
+        answer = self.answers.stream(parsing, prompt_ids) if stream else None
         detok = IncrementalDetokenizer(
             self.tokenizer,
             prompt_ids,
             stop=io.get_strings(request, "stop_strings"),
             stop_token_ids=io.get_ids(request, "stop_token_ids") or [],
             include_stop_str_in_output=bool(io.get_scalar(request, "include_stop_str_in_output", bool)),
-            skip_special_tokens=_flag(request, "skip_special_tokens", True),
+            skip_special_tokens=_flag(request, "skip_special_tokens", True) and not parsing.keep_special_tokens,
             min_tokens=io.get_scalar(request, "min_tokens") or 0,
             max_tokens=io.get_scalar(request, "request_output_len"),
         )
@@ -179,7 +189,9 @@ class TritonPythonModel:
             progress = detok.push(new_ids)
             done = progress.finish_reason is not None
             if stream:
-                piece = _response(detok.next_text(), progress.ids, detok.finish_reason, n_prompt, front)
+                piece = _piece(
+                    detok.next_text(), progress.ids, detok.finish_reason, n_prompt, front, answer, self.parses
+                )
                 if done:
                     final = piece
                 else:
@@ -191,13 +203,16 @@ class TritonPythonModel:
         if final is not None:
             return final
         detok.end("abort" if cancelled else "length")  # no-op when the text already ended it
-        text = detok.next_text() if stream else detok.text
-        ids = [] if stream else detok.output_ids
-        if not stream and not _flag(request, "exclude_input_in_output", False) and prompt_ids:
+        if stream:
+            return _piece(detok.next_text(), [], detok.finish_reason, n_prompt, front, answer, self.parses)
+        text, ids = detok.text, detok.output_ids
+        parsed, finish = self.answers.whole(parsing, text, detok.finish_reason or "")
+        parsed_output = parsed if self.parses else None
+        if not _flag(request, "exclude_input_in_output", False) and prompt_ids:
             # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
             text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
             ids = prompt_ids + ids
-        return _response(text, ids, detok.finish_reason, n_prompt, front)
+        return _response(text, ids, finish, n_prompt, front, parsed_output)
 
     def _cancel(self, request_id: str, tensors: list[Any], held: list[Any]) -> None:
         """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
@@ -258,7 +273,30 @@ def _engine_error(error: Any, engine: str) -> Exception:
     return EngineFaultError(f"engine '{engine}': {error.message()}")
 
 
-def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: int, front: bool = False) -> Any:
+def _piece(
+    text: str,
+    ids: list[int],
+    finish_reason: str | None,
+    n_prompt: int,
+    front: bool,
+    answer: AnswerStream | None,
+    parses: bool,
+) -> Any:
+    """One streamed response; with parsing on, its delta (and the finish reason vLLM reports)."""
+    if answer is None:
+        return _response(text, ids, finish_reason, n_prompt, front, "" if parses else None)
+    step = answer.step(text, ids, finish_reason)
+    return _response(text, ids, step.finish_reason, n_prompt, front, step.delta)
+
+
+def _response(
+    text: str,
+    ids: list[int],
+    finish_reason: str | None,
+    n_prompt: int,
+    front: bool = False,
+    parsed: str | None = None,
+) -> Any:
     """One response: the text piece and its ids, and, for clients that report usage and finish
     (the OpenAI front), the prompt's length and why generation ended ("" until it has).
     ``front``: for TensorRT-LLM's ``ensemble`` interface instead, whose clients read the text as
@@ -266,6 +304,9 @@ def _response(text: str, ids: list[int], finish_reason: str | None, n_prompt: in
     response by ``batch_index`` and ``sequence_index`` (0: one prompt, one sequence per request)."""
     values: dict[str, Any] = {"output_ids": ids, "finish_reason": [finish_reason or ""], "input_lengths": [n_prompt]}
     if not front:
-        return pb_utils.InferenceResponse(output_tensors=OUT.all({"text_output": [text], **values}))
+        outputs = {"text_output": [text], **values}
+        if parsed is not None:  # the model declares it (detokenize, not detokenize_enc_dec)
+            outputs["parsed_output"] = [parsed]
+        return pb_utils.InferenceResponse(output_tensors=OUT.all(outputs))
     values |= {"batch_index": [0], "sequence_index": [0]}
     return pb_utils.InferenceResponse(output_tensors=[OUT.unbatched(FRONT_TEXT, [text]), *OUT.all(values)])
