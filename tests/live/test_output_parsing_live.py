@@ -264,3 +264,26 @@ def test_tool_choice_none_leaves_the_text_alone(parsing_server):
         assert "tool_calls" not in got.parsed and got.parsed["reasoning"] == case["whole"]["reasoning"]
     else:
         assert got.parsed is None  # nothing is parsed: the text is the answer
+
+
+def test_langchain_bind_tools_gets_its_tool_call(parsing_server):
+    """LangChain's ``ChatOpenAI.bind_tools``, unchanged, against the front: ``AIMessage.tool_calls``
+    holds the call (whole), and the streamed chunks add up to it."""
+    from langchain_openai import ChatOpenAI
+
+    s, suite = parsing_server
+    pid = _pid(s)
+    model = _front(s).models.list().data[0].id
+    llm = ChatOpenAI(
+        base_url=f"http://{s.host}:{s.openai_port}/v1", api_key="none", model=model, max_retries=0, max_tokens=256
+    ).bind_tools(TOOLS)
+    for case in (c for c in suite["cases"] if c["whole"].get("tool_calls")):
+        want = [{"name": c["name"], "args": json.loads(c["arguments"])} for c in case["whole"]["tool_calls"]]
+        message = llm.invoke(_messages(case))
+        assert [{"name": t["name"], "args": t["args"]} for t in message.tool_calls] == want, case["id"]
+        assert all(t["id"].startswith("chatcmpl-tool-") for t in message.tool_calls)
+        total = None
+        for chunk in llm.stream(_messages(case)):
+            total = chunk if total is None else total + chunk
+        assert [{"name": t["name"], "args": t["args"]} for t in total.tool_calls] == want, case["id"]
+    assert _pid(s) == pid
