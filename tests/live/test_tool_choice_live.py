@@ -95,18 +95,33 @@ def _front(server, body: dict | None, method: str = "POST", path: str = "/v1/cha
     return r.status, payload
 
 
-@pytest.mark.parametrize("extra, message", CASES + [({"tools": TOOLS, "tool_choice": None}, None)])
-@pytest.mark.parametrize("stream", [False, True])
-def test_front_answers_tool_choice_as_vllm(front, extra, message, stream):
+FRONT_CASES = CASES + [({"tools": TOOLS, "tool_choice": None}, None)]
+
+
+def test_front_answers_tool_choice_as_vllm_beside_valid_requests(front):
     """vLLM's answer through the OpenAI front, which forwards ``tool_choice`` (an explicit null too:
     accepted, where an absent one defaults to "auto"): the refusals as 400s in vLLM's words, with
-    ``param`` as vLLM's front gives it (null for the online renderer's, whose text names none)."""
-    base = {"messages": MESSAGES, "max_tokens": 2, "stream": stream}
-    status, err = _front(front, {**base, **extra})
-    if message is None:
-        assert status == 200, err
-        return
-    assert status == 400, err
-    assert err["error"]["message"] == message
-    assert err["error"]["param"] == ("tool_choice" if "(parameter=tool_choice)" in message else None)
-    assert _front(front, base)[0] == 200
+    ``param`` as vLLM's front gives it (null for the online renderer's, whose text names none),
+    streamed and not, sent from several threads beside valid requests; same tritonserver after."""
+    from launcher import cli as launch
+
+    pid = launch.running_pid(front)
+    work = [(extra, message, stream) for extra, message in FRONT_CASES for stream in (False, True)] * 2
+
+    def bad_then_good(item):
+        extra, message, stream = item
+        base = {"messages": MESSAGES, "max_tokens": 2, "stream": stream}
+        status, err = _front(front, {**base, **extra})
+        if message is None:
+            assert status == 200, err
+        else:
+            assert status == 400, err
+            assert err["error"]["message"] == message
+            assert err["error"]["param"] == ("tool_choice" if "(parameter=tool_choice)" in message else None)
+        assert _front(front, base)[0] == 200
+        return status
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(bad_then_good, work))
+    assert statuses.count(400) == 4 * sum(m is not None for _, m in FRONT_CASES)
+    assert launch.running_pid(front) == pid, "tritonserver restarted"
