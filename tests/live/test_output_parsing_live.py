@@ -8,7 +8,8 @@ engine behind ``ENGINE_MODEL_DIR`` is ``tests/support/scripted_engine`` (TensorR
 config), which answers with the token ids the prompt spells out: exactly the recorded output's
 ids, one engine response per step of vLLM's recorded stream. Chat rendering, tokenization,
 ``detokenize`` and its parsers, the front and tritonserver are the real ones, on the Qwen3
-tokenizer (``<think>`` and ``<tool_call>`` are single tokens there) and its own chat template.
+and Mistral tekken tokenizers (``<think>``, ``<tool_call>``, ``[TOOL_CALLS]`` are single tokens
+there) and their own chat templates.
 """
 
 from __future__ import annotations
@@ -31,42 +32,51 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "output_parsers.json").read_text())
 SUITES = {s["id"]: s for s in FIXTURE["suites"]}
 TOOLS = FIXTURE["tools"]
-# One server per parser setting: (TOOL_CALL_PARSER, REASONING_PARSER, the recorded suite).
-SERVERS = {"hermes": ("hermes", None, "hermes@qwen3"), "qwen3+hermes": ("hermes", "qwen3", "qwen3+hermes@qwen3")}
+# One server per parser setting: (TOOL_CALL_PARSER, REASONING_PARSER, the recorded suite, the
+# reference tokenizer). Qwen3's <tool_call> is an ordinary added token; Mistral's [TOOL_CALLS] is a
+# special one, which the answer keeps only because the parser asks for it (vLLM's adjust_request).
+SERVERS = {
+    "hermes": ("hermes", None, "hermes@qwen3", "qwen3"),
+    "qwen3+hermes": ("hermes", "qwen3", "qwen3+hermes@qwen3", "qwen3"),
+    "mistral": ("mistral", None, "mistral@tekken", "mistral"),
+}
 
 
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory) -> Path:
-    """A model folder of the Qwen3 tokenizer and template (built offline from a registry package);
-    no weights: the scripted engine never reads any."""
+def _model_folder(parent: Path, tokenizer: str) -> Path:
+    """A model folder of a reference tokenizer and its template (built offline from a registry
+    package); no weights: the scripted engine never reads any."""
     from model_builders.reference_tokenizers import build
 
-    src = build(ROOT / "build" / "models" / "tokenizers")["qwen3"]
-    d = tmp_path_factory.mktemp("qwen3-text") / "model"
+    src = build(ROOT / "build" / "models" / "tokenizers")[tokenizer]
+    d = parent / "model"
     d.mkdir()
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(src / f, d / f)
+    for f in src.iterdir():
+        if f.name != "SOURCE.json":
+            shutil.copy(f, d / f.name)
     vocab = json.loads((src / "tokenizer.json").read_text())
-    size = max(vocab["model"]["vocab"].values()) + 1 + len(vocab.get("added_tokens", []))
-    cfg = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": size}
-    (d / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 4096}))
-    end = next(t["id"] for t in vocab["added_tokens"] if t["content"] == "<|im_end|>")
-    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": end}))
+    added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
+    size = max([*vocab["model"]["vocab"].values(), *added.values()]) + 1
+    cfg = {"vocab_size": size, "max_position_embeddings": 4096}
+    (d / "config.json").write_text(json.dumps(cfg))
+    eos = json.loads((src / "tokenizer_config.json").read_text())["eos_token"]
+    eos = eos["content"] if isinstance(eos, dict) else eos
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": added[eos]}))
     return d
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
-def parsing_server(request, server_settings, qwen3_dir, tmp_path_factory):
+def parsing_server(request, server_settings, tmp_path_factory):
     from launcher import cli as launch
 
-    tool_parser, reasoning_parser, suite = SERVERS[request.param]
+    tool_parser, reasoning_parser, suite, tokenizer = SERVERS[request.param]
+    model_dir = _model_folder(tmp_path_factory.mktemp(f"{tokenizer}-text"), tokenizer)
     engine = engine_folder(
-        tmp_path_factory.mktemp("scripted"), qwen3_dir, ROOT / "tests" / "support" / "scripted_engine" / "model.py"
+        tmp_path_factory.mktemp("scripted"), model_dir, ROOT / "tests" / "support" / "scripted_engine" / "model.py"
     )
     port = int(os.environ.get("TEST_PARSING_PORT", 18800)) + 10 * list(SERVERS).index(request.param)
     s = replace(
         server_settings,
-        model_dir=str(qwen3_dir),
+        model_dir=str(model_dir),
         engine_model_dir=str(engine),
         build_dir=str(tmp_path_factory.mktemp("parsing-build")),
         models="chat",
@@ -255,11 +265,17 @@ def test_forced_tool_choice_refused_by_name_amid_valid_requests(parsing_server, 
 
 
 def test_tool_choice_none_leaves_the_text_alone(parsing_server):
-    """tool_choice "none": no calls read (the reasoning parser, when set, still splits)."""
+    """tool_choice "none": no calls read, special tokens skipped as in any chat (the reasoning
+    parser, when set, still splits)."""
     s, suite = parsing_server
     case = next(c for c in suite["cases"] if c["whole"].get("tool_calls"))
+    from tokenizers import Tokenizer
+
     (got,) = _chat(s, "grpc", case, stream=False, tool_choice="none")
-    assert got.finish_reason == "stop" and got.text == case["text"]
+    # Decoded as any chat is (skip_special_tokens): Mistral's [TOOL_CALLS] is a special token.
+    ids = [i for _, chunk in case["chunks"] for i in chunk]
+    plain = Tokenizer.from_file(str(Path(s.model_dir) / "tokenizer.json")).decode(ids, skip_special_tokens=True)
+    assert got.finish_reason == "stop" and got.text == plain
     if s.reasoning_parser:
         assert "tool_calls" not in got.parsed and got.parsed["reasoning"] == case["whole"]["reasoning"]
     else:
