@@ -1,6 +1,7 @@
-"""Image chats through vLLM's own engine (``LLM_ENGINE=vllm MODEL=qwen2-vl``), held against vLLM alone.
+"""Image chats through vLLM's own engine (``LLM_ENGINE=vllm MODEL=qwen2-vl`` / ``MODEL=pixtral``), held
+against vLLM alone.
 
-The oracle is vLLM's own ``LLM.chat`` on the same tiny Qwen2-VL folder and the same images, greedy,
+The oracle is vLLM's own ``LLM.chat`` on the same tiny model folder and the same images, greedy,
 recorded by ``tests/fixtures/vllm/record_vllm_image_chat.py`` (``image_chat.json``; it never passes
 through this project's code). Here the server renders and tokenizes the chat, ``mm_process`` decodes,
 processes and hashes the images, and ``llm`` hands the tensors to vLLM's ``AsyncLLM`` as its own
@@ -31,7 +32,8 @@ from client import RendererClient
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "image_chat.json"
 TORCHVISION_STAMP = ROOT / "build" / "peer-venv" / ".torchvision"
-FAMILY = "qwen2_vl"
+# Both tiny families; pixtral through vLLM's Llava/Pixtral model (placeholder runs with is_embed).
+FAMILIES = ("qwen2_vl", "pixtral")
 
 pytestmark = [
     pytest.mark.live,
@@ -67,26 +69,34 @@ def filled(fixture: dict, messages: list) -> list:
     return out
 
 
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request) -> str:
+    if request.param not in oracle()["families"]:
+        pytest.skip(f"{FIXTURE.name} holds no {request.param} recording (record_vllm_image_chat.py {request.param})")
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def cases() -> list[tuple[dict, list, dict]]:
+def cases(family) -> list[tuple[dict, list, dict]]:
     """(request, filled messages, vLLM's answer) for every recorded request."""
     fx = oracle()
-    answers = {r["name"]: r for r in fx["families"][FAMILY]["results"]}
+    answers = {r["name"]: r for r in fx["families"][family]["results"]}
     out = [(r, filled(fx, r["messages"]), answers[r["name"]]) for r in fx["requests"]]
     assert len(out) >= 12
     return out
 
 
-def settings_for(server_settings, tmp_path_factory, engine: str, port: int):
+def settings_for(server_settings, tmp_path_factory, family: str, engine: str):
     from launcher.settings import Settings
 
+    port = PORT + 20 * FAMILIES.index(family) + (10 if engine == "standin" else 0)
     return replace(
         server_settings,
         model_dir="",
-        model=FAMILY.replace("_", "-"),
+        model=family.replace("_", "-"),
         llm_engine=engine,
         models="chat,render_chat",
-        build_dir=str(tmp_path_factory.mktemp(f"vllm-image-{engine}")),
+        build_dir=str(tmp_path_factory.mktemp(f"vllm-image-{family}-{engine}")),
         http_port=port,
         grpc_port=port + 1,
         metrics_port=port + 2,
@@ -98,14 +108,14 @@ def settings_for(server_settings, tmp_path_factory, engine: str, port: int):
 
 
 @pytest.fixture(scope="module")
-def vllm_server(server_settings, tmp_path_factory):
+def vllm_server(server_settings, tmp_path_factory, family):
     from launcher import cli as launch
     from launcher.processes import running_pid
 
-    s = settings_for(server_settings, tmp_path_factory, "vllm", PORT)
+    s = settings_for(server_settings, tmp_path_factory, family, "vllm")
     launch.stop(s)
     if launch.start(s) != 0:
-        pytest.fail(f"tritonserver with vLLM's engine on {FAMILY} did not start; see {s.log_file}")
+        pytest.fail(f"tritonserver with vLLM's engine on {family} did not start; see {s.log_file}")
     pid = running_pid(s)
     yield s
     assert running_pid(s) == pid, "tritonserver was restarted while serving the image chats"
@@ -253,13 +263,13 @@ def test_a_repeated_image_measured(vllm_server, record_property):
 
 
 @pytest.fixture(scope="module")
-def standin_server(server_settings, tmp_path_factory):
+def standin_server(server_settings, tmp_path_factory, family):
     from launcher import cli as launch
 
-    s = settings_for(server_settings, tmp_path_factory, "standin", PORT + 10)
+    s = settings_for(server_settings, tmp_path_factory, family, "standin")
     launch.stop(s)
     if launch.start(s) != 0:
-        pytest.fail(f"tritonserver with the stand-in on {FAMILY} did not start; see {s.log_file}")
+        pytest.fail(f"tritonserver with the stand-in on {family} did not start; see {s.log_file}")
     yield s
     launch.stop(s)
 
