@@ -1,6 +1,9 @@
-"""The item identities on the engine seam (``mm_identifiers``) and vLLM's per-family engine settings."""
+"""The item identities on the engine seam (``mm_identifiers``), vLLM's per-family engine settings, and the
+launcher's refusal of an engine environment that cannot serve images."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
@@ -29,3 +32,16 @@ def test_each_family_starts_vllms_engine_for_processed_float32_images():
     assert vllm_images.engine_args("pixtral", 2) == {"limit_mm_per_prompt": {"image": 2}, "mm_processor_cache_gb": 0}
     with pytest.raises(UnsupportedMultiModalError, match="qwen2_vl, pixtral"):
         vllm_images.family("llava_next")
+
+
+def test_an_engine_environment_without_torchvision_is_refused_naming_the_target(tmp_path):
+    from dataclasses import replace
+
+    from launcher import repository
+    from launcher.settings import Settings
+
+    # An "environment" whose python is one where vLLM's compiled ops do not import (this venv's).
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    with pytest.raises(SystemExit, match="needs torchvision in vLLM's environment .*`make engine-vllm`"):
+        repository.check_vllm_images(replace(Settings(), vllm_env=str(tmp_path)))
