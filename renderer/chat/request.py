@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
+from .fast_request import fast_validate
 from .tool_choice import UNSET, effective_tool_choice
 from ..json_fields import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
 
@@ -351,6 +352,18 @@ def validate_chat_request(
     Raises ``ChatRequestValidationError`` (or ``EmptyToolsError``) with vLLM's message, and
     ``RequestNestingError`` for input nested too deeply to walk (a 400, never a crash).
     """
+    # Plain chats (string contents, known keys, no tools) come back rebuilt without pydantic, equal
+    # to what the full path returns (fast_request.py); everything else, errors included, goes there.
+    fast = fast_validate(messages, tools, documents, tool_choice)
+    if fast is not None:
+        return ValidatedChatRequest(fast[0], None, None, fast[1])
+    return _validate_full(messages, tools, documents, tool_choice)
+
+
+def _validate_full(
+    messages: Any, tools: Any = None, documents: Any = None, tool_choice: Any = UNSET
+) -> ValidatedChatRequest:
+    """The full validation, vLLM's request model run on a copy of the request."""
     check_request_depth(messages, tools, documents)
     try:
         return _validate(messages, tools, documents, tool_choice)

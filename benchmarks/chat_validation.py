@@ -1,0 +1,121 @@
+"""In-process cost of vLLM's chat request validation and of a whole chat render (issue 26, lever 1).
+
+Times ``validate_chat_request`` and ``ChatRenderer.render_messages`` per call on three sets:
+
+- ``short``: seeded chats of one to three turns (user; system + user; user, assistant, user), the
+  plain chats the issue's served latency is measured on;
+- ``multiturn``: ``benchmarks/inputs/chat_multiturn.json`` (system + 1-6 rounds, plain strings);
+- ``tools``: ``benchmarks/inputs/chat_tools.json`` (tools, calls, results: never the fast path).
+
+With the fast path present, each round times it and the full path (the fast path switched off)
+back to back, so the ratio is taken under the same machine load; medians over the rounds.
+
+    .venv/bin/python -m benchmarks.chat_validation [--model build/models/smollm2-135m-instruct] [--rounds 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = ROOT / "build" / "models" / "smollm2-135m-instruct"
+
+
+def short_chats(n: int = 64, seed: int = 26) -> list[dict[str, Any]]:
+    """One to three turns of plain text, seeded."""
+    from benchmarks.make_inputs import TOPICS, _sentence, _text
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        shape = i % 3
+        user = {"role": "user", "content": _text(rng, rng.randint(4, 40))}
+        if shape == 0:
+            msgs = [user]
+        elif shape == 1:
+            system = f"You are a helpful assistant for {rng.choice(TOPICS)}. " + _sentence(rng)
+            msgs = [{"role": "system", "content": system}, user]
+        else:
+            reply = {"role": "assistant", "content": _text(rng, rng.randint(10, 60))}
+            msgs = [user, reply, {"role": "user", "content": _text(rng, rng.randint(4, 40))}]
+        out.append({"messages": msgs, "chat_params": {}})
+    return out
+
+
+def _per_call_us(fn: Callable[[dict[str, Any]], Any], reqs: list[dict[str, Any]], seconds: float) -> float:
+    calls = 0
+    t0 = time.perf_counter()
+    while True:
+        for r in reqs:
+            fn(r)
+        calls += len(reqs)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return elapsed / calls * 1e6
+
+
+def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
+    from benchmarks.make_inputs import load
+    from renderer.chat import ChatParams, ChatRenderer
+    from renderer.chat import request as request_mod
+
+    chat = ChatRenderer.from_model_dir(model_dir, mm_limits={})
+    chat.warmup()
+    sets = {"short": short_chats(), "multiturn": load("chat_multiturn"), "tools": load("chat_tools")}
+    for reqs in sets.values():
+        for r in reqs:
+            params = ChatParams.from_request(r.get("chat_params") or None)
+            r["params"] = params
+    fast = getattr(request_mod, "fast_validate", None)
+    modes = ["fast", "full"] if fast is not None else ["current"]
+
+    def validate(r: dict[str, Any]) -> Any:
+        p = r["params"]
+        return request_mod.validate_chat_request(r["messages"], p.tools, p.documents, p.tool_choice)
+
+    def render(r: dict[str, Any]) -> Any:
+        return chat.render_messages(r["messages"], r["params"])
+
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name, reqs in sets.items():
+            for what, fn in (("validate", validate), ("render_messages", render)):
+                for mode in modes:
+                    # The full path: the fast path switched off (validate_chat_request looks it up per call).
+                    request_mod.fast_validate = (lambda *a: None) if mode == "full" else fast  # type: ignore[attr-defined]
+                    samples.setdefault((name, what, mode), []).append(_per_call_us(fn, reqs, seconds))
+    if fast is not None:
+        request_mod.fast_validate = fast  # type: ignore[attr-defined]
+    rows = []
+    for (name, what, mode), values in samples.items():
+        rows.append({"set": name, "what": what, "mode": mode, "median_us": round(statistics.median(values), 1)})
+    return {"model": str(model_dir), "rounds": rounds, "seconds": seconds, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--seconds", type=float, default=0.3, help="per measurement")
+    ap.add_argument("--json", type=Path, help="write the result here too")
+    args = ap.parse_args()
+    result = run(args.model, args.rounds, args.seconds)
+    by_key = {(r["set"], r["what"], r["mode"]): r["median_us"] for r in result["rows"]}
+    print(f"{'set':<10} {'what':<16} {'mode':<8} {'median us/call':>14}  ratio full/fast")
+    for r in result["rows"]:
+        ratio = ""
+        if r["mode"] == "fast":
+            ratio = f"{by_key[(r['set'], r['what'], 'full')] / r['median_us']:.2f}x"
+        print(f"{r['set']:<10} {r['what']:<16} {r['mode']:<8} {r['median_us']:>14.1f}  {ratio}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""The chat validation fast path (renderer/chat/fast_request.py) against the full, vLLM-shaped one.
+
+``validate_chat_request`` hands plain chats to the fast path; these tests hold it to
+``_validate_full`` (vLLM's request model) exactly: same types, values and key order, or the same
+error, on every chat the project has recorded or written, and on generated chats near the
+boundary of what the fast path takes. They also check it is taken, so it cannot silently stop
+applying.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chat_cases import CASES, TEMPLATE_ERROR_CASES, TIME_TOOL, WEATHER_TOOL
+from chat_rules import BAD_MESSAGES, tools_rendered
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from pydantic_core import ValidationError
+
+from benchmarks.chat_validation import short_chats
+from benchmarks.make_inputs import load
+from renderer.chat import request as request_mod
+from renderer.chat.fast_request import fast_validate
+from renderer.chat.request import ValidatedChatRequest, _validate_full, validate_chat_request
+from renderer.chat.tool_choice import UNSET
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_CHAT = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "chat.json").read_text())["cases"]
+
+
+def _args(messages: Any, params: dict[str, Any] | None) -> tuple[Any, Any, Any, Any]:
+    """validate_chat_request's arguments for a request's messages and chat_params, as sent."""
+    p = params if isinstance(params, dict) else {}
+    return messages, p.get("tools"), p.get("documents"), p.get("tool_choice", UNSET)
+
+
+def _corpus() -> list[tuple[str, tuple[Any, Any, Any, Any]]]:
+    out = []
+    for c in VLLM_CHAT:
+        out.append((f"vllm:{c['id']}", _args(c["messages"], c["chat_params"])))
+        out.append((f"vllm-rendered:{c['id']}", _args(c["messages"], tools_rendered(c["chat_params"]))))
+    for c in CASES + TEMPLATE_ERROR_CASES:
+        out.append((f"cases:{c['id']}", _args(c["messages"], c.get("chat_params"))))
+    for i, (messages, _, _) in enumerate(BAD_MESSAGES):
+        out.append((f"bad:{i}", _args(messages, None)))
+    for name in ("chat_multiturn", "chat_tools", "chat_mix"):
+        for i, r in enumerate(load(name)):
+            out.append((f"{name}:{i}", _args(r["messages"], r.get("chat_params"))))
+    for i, r in enumerate(short_chats()):
+        out.append((f"short:{i}", _args(r["messages"], None)))
+    return out
+
+
+CORPUS = _corpus()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with the same types all the way down and dict keys in the same order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        keys_a, keys_b = list(a), list(b)
+        return (
+            keys_a == keys_b
+            and [type(k) for k in keys_a] == [type(k) for k in keys_b]
+            and all(_same(a[k], b[k]) for k in keys_a)
+        )
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if type(a).__name__ == "ValidatorIterator":  # lazy content parts (full path only): what they read
+        return _same(_read(a), _read(b))
+    return bool(a == b)
+
+
+def _read(lazy: Any) -> Any:
+    try:
+        return ("parts", list(lazy))
+    except ValidationError as e:
+        return ("error", str(e))
+
+
+def _outcome(fn: Any, args: tuple[Any, Any, Any, Any]) -> Any:
+    try:
+        r = fn(*args)
+    except Exception as e:  # noqa: BLE001 (the error is the outcome compared)
+        return ("raised", type(e), str(e))
+    assert type(r) is ValidatedChatRequest
+    return ("ok", r.messages, r.tools, r.documents, r.tool_choice)
+
+
+def _assert_same_as_full(args: tuple[Any, Any, Any, Any]) -> bool:
+    """Whether the fast path took the request; either way, what validate_chat_request returns is
+    exactly what the full path does."""
+    took = fast_validate(*args) is not None
+    dispatched, full = _outcome(validate_chat_request, args), _outcome(_validate_full, args)
+    assert _same(dispatched, full), f"fast path {dispatched!r} != full path {full!r}"
+    return took
+
+
+def test_same_as_full_path_on_the_whole_corpus():
+    taken = [name for name, args in CORPUS if _assert_same_as_full(args)]
+    # Most recorded plain chats take it (a test that would pass with the fast path never applying
+    # would prove nothing): the short and multi-turn benchmark chats all do.
+    assert {f"short:{i}" for i in range(64)} <= set(taken)
+    assert {f"chat_multiturn:{i}" for i in range(64)} <= set(taken)
+    assert sum(name.startswith("vllm:") for name in taken) >= 50, len(taken)
+    # And nothing with tools, content parts or another role does.
+    assert not any(name.startswith("chat_tools:") for name in taken)
+
+
+PLAIN = [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"}],
+    [{"content": "Hi", "role": "user"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "é👋"}],
+    [{"role": "developer", "content": "d", "name": "ops"}, {"name": "bob", "content": "x", "role": "user"}],
+    [{"role": "assistant", "content": "prefill", "name": "a"}],
+    [],
+]
+
+
+@pytest.mark.parametrize("messages", PLAIN)
+@pytest.mark.parametrize("tool_choice", [UNSET, "none", None])
+def test_plain_chats_take_the_fast_path(messages, tool_choice, monkeypatch):
+    expected = _validate_full(messages, None, None, tool_choice)
+
+    def refuse(*_: Any) -> None:
+        raise AssertionError("the full path ran for a plain chat")
+
+    monkeypatch.setattr(request_mod, "_validate_full", refuse)
+    got = validate_chat_request(messages, None, None, tool_choice)
+    assert _same(got.messages, expected.messages) and got.tool_choice == expected.tool_choice
+    assert (got.tools, got.documents) == (None, None)
+    # Fresh dicts, as the full path's copy gives: a caller's messages are never handed on.
+    assert all(out is not sent for out, sent in zip(got.messages, messages))
+
+
+class _Str(str):
+    pass
+
+
+FALL_THROUGH = [
+    ([{"role": "tool", "content": "x", "tool_call_id": "a"}], None, None, UNSET),
+    ([{"role": "robot", "content": "x"}], None, None, UNSET),
+    ([{"role": "user", "content": "x", "extra": 1}], None, None, UNSET),
+    ([{"role": "user", "content": "x", "name": None}], None, None, UNSET),
+    ([{"role": "assistant", "content": None}], None, None, UNSET),
+    ([{"role": "assistant", "content": "x", "reasoning_content": "r"}], None, None, UNSET),
+    ([{"role": "user", "content": [{"type": "text", "text": "x"}]}], None, None, UNSET),
+    ([{"role": "user", "content": _Str("x")}], None, None, UNSET),  # pydantic makes it lazy parts
+    ([{"role": _Str("user"), "content": "x"}], None, None, UNSET),
+    ([OrderedDict(role="user", content="x")], None, None, UNSET),
+    (({"role": "user", "content": "x"},), None, None, UNSET),
+    ([{"role": "user", "content": "x"}], [WEATHER_TOOL], None, UNSET),
+    ([{"role": "user", "content": "x"}], [], None, UNSET),
+    ([{"role": "user", "content": "x"}], None, [{"title": "t", "text": "x"}], UNSET),
+    ([{"role": "user", "content": "x"}], None, None, "auto"),
+    ([{"role": "user", "content": "x"}], None, None, _Str("none")),
+]
+
+
+@pytest.mark.parametrize("args", FALL_THROUGH, ids=range(len(FALL_THROUGH)))
+def test_anything_else_falls_through(args):
+    assert fast_validate(*args) is None
+    _assert_same_as_full(args)
+
+
+# --- property: generated requests near the boundary --------------------------------------------
+
+texts = st.text(max_size=12) | st.sampled_from(["", "\ud800", "a\udfffb", "\x00", "👨‍👩‍👧", "none"])
+roles = st.sampled_from(
+    ["tool", "function", "robot", "", "User", "user ", None, 3, _Str("user"), _Str("assistant"), b"user"]
+)
+contents = st.sampled_from(
+    [None, 0, 1.5, True, _Str("x"), _Str(""), {"type": "text", "text": "x"}, b"x", [], ["x"]]
+) | st.lists(texts | st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=2)
+extra_keys = st.sampled_from(
+    ["tool_calls", "tool_call_id", "reasoning", "reasoning_content", "refusal", "audio", "extra", "Role"]
+)
+extra_values = texts | st.sampled_from([None, 1, [], {}, _Str("n")])
+
+
+@st.composite
+def plain_message(draw: Any) -> dict[str, Any]:
+    msg: dict[str, Any] = {
+        "role": draw(st.sampled_from(["user", "assistant", "system", "developer"])),
+        "content": draw(texts),
+    }
+    if draw(st.booleans()):
+        msg["name"] = draw(texts)
+    if draw(st.booleans()):  # the order keys are sent in must not matter
+        msg = dict(draw(st.permutations(list(msg.items()))))
+    return msg
+
+
+def _changed(draw: Any, msg: dict[str, Any]) -> Any:
+    """``msg`` with one change near the fast path's boundary."""
+    msg = dict(msg)
+    change = draw(st.integers(0, 6))
+    if change == 0:
+        msg["role"] = draw(roles)
+    elif change == 1:
+        msg["content"] = draw(contents)
+    elif change == 2:
+        msg["name"] = draw(extra_values)
+    elif change == 3:
+        msg[draw(extra_keys)] = draw(extra_values)
+    elif change == 4:
+        del msg[draw(st.sampled_from(["role", "content"]))]
+    elif change == 5:  # a str subclass where a str goes
+        key = draw(st.sampled_from(sorted(msg)))
+        msg[key] = _Str(msg[key])
+    else:
+        return draw(st.sampled_from([None, "hi", [], 1, OrderedDict(msg)]))
+    return msg
+
+
+@st.composite
+def messages(draw: Any) -> Any:
+    """A plain chat, mostly with one message changed."""
+    msgs: list[Any] = draw(st.lists(plain_message(), max_size=3))
+    if msgs and draw(st.integers(0, 3)):
+        i = draw(st.integers(0, len(msgs) - 1))
+        msgs[i] = _changed(draw, msgs[i])
+    return msgs
+
+
+requests = st.tuples(
+    messages() | st.sampled_from([None, "hi", {"role": "user", "content": "x"}]),
+    st.sampled_from([None] * 8 + [[], [TIME_TOOL]]),
+    st.sampled_from([None] * 8 + [[], [{"title": "t"}], [{"title": 1}]]),
+    st.sampled_from([UNSET] * 4 + [None, "none", "auto", "required", _Str("none"), {"function": {"name": "get_time"}}]),
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests)
+def test_fast_path_matches_full_path_near_the_boundary(args):
+    event("fast path" if _assert_same_as_full(args) else "full path")
