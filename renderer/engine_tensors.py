@@ -137,10 +137,12 @@ FRONT_OUTPUTS = _specs(
 # The ones made (in every response to the front); the rest are declared only.
 FRONT_OUTPUTS_MADE = ("batch_index", "sequence_index")
 
-# Not TensorRT-LLM's: processed images for engines that take them (the stand-in, vLLM's engine),
-# with the placeholders and item identities (``mm_hashes`` as bytes, see
-# ``renderer.multimodal.tensors.identifiers_array``) vLLM's engine uses for its own caches. A real
-# TensorRT-LLM engine takes images through its multimodal encoder instead (see README).
+# Not TensorRT-LLM's: processed images as vLLM's engine takes them (its MultiModalInput: mm_kwargs,
+# mm_hashes, mm_placeholders), for the engines that take them here (vLLM's engine, the stand-in),
+# the item identities as bytes (``renderer.multimodal.tensors.identifiers_array``). No supported
+# TensorRT-LLM Triton model takes processed images: its LLM-API model takes text_input + image_url
+# and processes them itself, and multimodal_encoders is end of life at TensorRT-LLM 1.2
+# (docs/ENGINES.md, "Images and TensorRT-LLM", names the upstream commits).
 ENGINE_IMAGE_INPUTS = _specs(
     ("pixel_values", "TYPE_FP32", (-1, -1)),  # qwen2_vl: flattened patches; pixtral: (-1, 3, -1, -1)
     ("image_grid_thw", "TYPE_INT64", (-1, 3)),
