@@ -73,7 +73,7 @@ def parsing_server(request, server_settings, tmp_path_factory):
     engine = engine_folder(
         tmp_path_factory.mktemp("scripted"), model_dir, ROOT / "tests" / "support" / "scripted_engine" / "model.py"
     )
-    port = int(os.environ.get("TEST_PARSING_PORT", 18800)) + 10 * list(SERVERS).index(request.param)
+    port = int(os.environ.get("TEST_PARSING_PORT", 19300)) + 10 * list(SERVERS).index(request.param)
     s = replace(
         server_settings,
         model_dir=str(model_dir),

@@ -45,7 +45,7 @@ pytestmark = [
     pytest.mark.skipif(not FIXTURE.exists(), reason=f"no oracle at {FIXTURE} (record_vllm_image_chat.py)"),
 ]
 
-PORT = int(os.environ.get("TEST_VLLM_IMAGE_PORT", 18600))
+PORT = int(os.environ.get("TEST_VLLM_IMAGE_PORT", 19400))
 
 
 def oracle() -> dict:
