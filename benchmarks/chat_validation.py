@@ -1,6 +1,8 @@
 """In-process cost of vLLM's chat request validation and of a whole chat render (issue 26, lever 1).
 
-Times ``validate_chat_request`` and ``ChatRenderer.render_messages`` per call on three sets:
+Times ``validate_chat_request``, ``ChatRenderer.render_messages`` and ``ChatStage.render`` (what
+``chat_render`` runs per request: the messages' JSON text and the parsed ``chat_params`` bag,
+``{}`` when none, as the benchmark inputs send it) per call on three sets:
 
 - ``short``: seeded chats of one to three turns (user; system + user; user, assistant, user), the
   plain chats the issue's served latency is measured on;
@@ -64,14 +66,20 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     from benchmarks.make_inputs import load
     from renderer.chat import ChatParams, ChatRenderer
     from renderer.chat import request as request_mod
+    from renderer.chat_stage import ChatStage
 
     chat = ChatRenderer.from_model_dir(model_dir, mm_limits={})
     chat.warmup()
+    stage = ChatStage.from_model_dir(model_dir)
+    stage.warmup()
     sets = {"short": short_chats(), "multiturn": load("chat_multiturn"), "tools": load("chat_tools")}
     for reqs in sets.values():
         for r in reqs:
-            params = ChatParams.from_request(r.get("chat_params") or None)
-            r["params"] = params
+            r["params"] = ChatParams.from_request(r.get("chat_params") or None)
+            r["raw_messages"] = json.dumps(r["messages"], ensure_ascii=False)
+            # The stage refuses vLLM's default "auto" without a tool parser; "none" still renders the tools.
+            bag = r.get("chat_params") or {}
+            r["bag"] = {**bag, "tool_choice": "none"} if bag.get("tools") else bag
     fast = getattr(request_mod, "fast_validate", None)
     modes = ["fast", "full"] if fast is not None else ["current"]
 
@@ -82,10 +90,13 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     def render(r: dict[str, Any]) -> Any:
         return chat.render_messages(r["messages"], r["params"])
 
+    def stage_render(r: dict[str, Any]) -> Any:
+        return stage.render(r["raw_messages"], r["bag"])
+
     samples: dict[tuple[str, str, str], list[float]] = {}
     for _ in range(rounds):
         for name, reqs in sets.items():
-            for what, fn in (("validate", validate), ("render_messages", render)):
+            for what, fn in (("validate", validate), ("render_messages", render), ("stage.render", stage_render)):
                 for mode in modes:
                     # The full path: the fast path switched off (validate_chat_request looks it up per call).
                     request_mod.fast_validate = (lambda *a: None) if mode == "full" else fast  # type: ignore[attr-defined]

@@ -50,6 +50,8 @@ class MediaKwargs:
 
     @classmethod
     def of(cls, params: ChatParams) -> "MediaKwargs":
+        if params.mm_processor_kwargs is None and params.media_io_kwargs is None and cls is MediaKwargs:
+            return _NO_MEDIA_KWARGS  # frozen; most requests send neither
         return cls(params.mm_processor_kwargs, params.media_io_kwargs)
 
     def to_json(self) -> str:
@@ -64,6 +66,9 @@ class MediaKwargs:
         if not isinstance(bag, Mapping):
             raise FieldTypeError("request", "mm_kwargs", "a JSON object", bag)
         return cls(bag.get("mm_processor_kwargs"), bag.get("media_io_kwargs"))
+
+
+_NO_MEDIA_KWARGS = MediaKwargs()
 
 
 @dataclass(frozen=True)

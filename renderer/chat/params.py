@@ -86,8 +86,8 @@ class ChatParams:
     @classmethod
     def from_request(cls, bag: Mapping[str, Any] | None) -> "ChatParams":
         """Parse a request's ``chat_params`` bag over the defaults."""
-        if bag is None and cls is ChatParams:
-            return _DEFAULT_PARAMS  # frozen; most requests send no bag
+        if (bag is None or (type(bag) is dict and not bag)) and cls is ChatParams:
+            return _DEFAULT_PARAMS  # frozen; most requests send no bag, or an empty one
         return cls().with_request(bag)
 
     def with_request(self, bag: Mapping[str, Any] | None) -> "ChatParams":

@@ -240,3 +240,36 @@ requests = st.tuples(
 @given(requests)
 def test_fast_path_matches_full_path_near_the_boundary(args):
     event("fast path" if _assert_same_as_full(args) else "full path")
+
+
+# --- the chat_params bag: an empty one is the defaults, without a copy (issue 26, lever 2) --------
+
+
+def test_an_empty_chat_params_bag_is_the_defaults():
+    from renderer.chat import ChatParams
+
+    assert ChatParams.from_request({}) is ChatParams.from_request(None)  # the shortcut, taken
+    assert ChatParams.from_request({}) == ChatParams()
+    assert ChatParams().with_request({}) == ChatParams()
+
+
+@pytest.mark.parametrize("bag", [[], "", 0, False, ()], ids=repr)
+def test_an_empty_bag_that_is_not_an_object_is_still_refused(bag):
+    from renderer.chat import ChatParams
+    from renderer.errors import FieldTypeError
+
+    with pytest.raises(FieldTypeError) as e:
+        ChatParams.from_request(bag)
+    assert str(e.value) == (
+        f"request.chat_params must be a JSON object, got {type(bag).__name__} {bag!r}. (parameter=chat_params)"
+    )
+
+
+def test_media_kwargs_of_a_request_without_any_are_empty():
+    from renderer.chat import ChatParams
+    from renderer.chat_stage import MediaKwargs
+
+    assert MediaKwargs.of(ChatParams()) == MediaKwargs()
+    assert MediaKwargs.of(ChatParams()) is MediaKwargs.of(ChatParams())  # the shared empty one
+    sent = ChatParams.from_request({"mm_processor_kwargs": {"max_pixels": 3136}})
+    assert MediaKwargs.of(sent) == MediaKwargs({"max_pixels": 3136}, None)
