@@ -119,7 +119,7 @@ def tools_chat(rng: random.Random, cases: list[dict[str, Any]]) -> dict[str, Any
         c = rng.choice(
             [c for c in cases if c["id"].startswith(("tools_", "tool_")) and c["id"] != "tools_dict_arguments"]
         )
-        return {"messages": c["messages"], "chat_params": c.get("chat_params", {})}
+        return {"messages": c["messages"], "chat_params": _rendered_tools(c.get("chat_params", {}))}
     from tests.support.chat_cases import TIME_TOOL, WEATHER_TOOL
 
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "Use the tools when they help. " + _sentence(rng)}]
@@ -152,7 +152,15 @@ def tools_chat(rng: random.Random, cases: list[dict[str, Any]]) -> dict[str, Any
         )
         msgs.append({"role": "assistant", "content": _text(rng, rng.randint(5, 40))})
     msgs.append({"role": "user", "content": "And the time there? " + _sentence(rng, 3, 10)})
-    return {"messages": msgs, "chat_params": {"tools": [WEATHER_TOOL, TIME_TOOL]}}
+    return {"messages": msgs, "chat_params": _rendered_tools({"tools": [WEATHER_TOOL, TIME_TOOL]})}
+
+
+def _rendered_tools(chat_params: dict[str, Any]) -> dict[str, Any]:
+    """Tools rendered as vLLM renders them by default: tool_choice "none" (its default with tools,
+    "auto", is refused without a tool-call parser, by vLLM's render server and by ours alike)."""
+    if chat_params.get("tools") and "tool_choice" not in chat_params:
+        return {**chat_params, "tool_choice": "none"}
+    return chat_params
 
 
 def _bytes(value: str) -> dict[str, Any]:
