@@ -72,20 +72,7 @@ class AnswerParser:
         """A streamed answer's state; None when nothing is parsed."""
         if not parsing.active:
             return None
-        stream = self._parser(parsing).stream()
-        if stream.reasoning is not None and prompt_ids and _reasoning_closed(prompt_ids, stream.reasoning):
-            stream.reasoning_ended = True
-        return AnswerStream(stream)
-
-
-def _reasoning_closed(prompt_ids: Sequence[int], reasoning: Any) -> bool:
-    """vLLM's ``is_reasoning_end`` on the prompt: the last marker in it is the end marker."""
-    for token in reversed(prompt_ids):
-        if token == reasoning.start_id:
-            return False
-        if token == reasoning.end_id:
-            return True
-    return False
+        return AnswerStream(self._parser(parsing).stream(prompt_ids or ()))
 
 
 class AnswerStream:

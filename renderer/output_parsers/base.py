@@ -91,6 +91,16 @@ class ReasoningParser:
         """The delta of one step while the thinking may still be open."""
         raise NotImplementedError
 
+    def closed_in(self, prompt_ids: Sequence[int]) -> bool:
+        """vLLM's ``is_reasoning_end`` on the prompt: its last marker is the end marker (a template
+        that rendered an empty thinking block), so the answer starts outside the thinking."""
+        for token in reversed(prompt_ids):
+            if token == self.start_id:
+                return False
+            if token == self.end_id:
+                return True
+        return False
+
     def ends_in(self, delta_ids: Sequence[int]) -> bool:
         """Whether this step closes the thinking (vLLM: its end marker's id is in the step)."""
         return self.end_id in delta_ids

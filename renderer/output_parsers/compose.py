@@ -37,21 +37,25 @@ class OutputParser:
             content = None
         return ParsedOutput(content=content, reasoning=reasoning, tool_calls=found.tool_calls)
 
-    def stream(self) -> "OutputStream":
-        """A stream's parser state: ``feed`` it each step's text and token ids."""
+    def stream(self, prompt_ids: Sequence[int] = ()) -> "OutputStream":
+        """A stream's parser state: ``feed`` it each step's text and token ids; ``prompt_ids``
+        decide whether it starts in the thinking (vLLM's check of the prompt)."""
         return OutputStream(
             None if self.tool_parser is None else self.tool_parser(),
             None if self.reasoning_parser is None else self.reasoning_parser(),
+            prompt_ids,
         )
 
 
 class OutputStream:
-    """One streamed response's parsing (vLLM's ``parse_delta``, the prompt leaving reasoning open)."""
+    """One streamed response's parsing (vLLM's ``parse_delta``)."""
 
-    def __init__(self, tools: ToolCallParser | None, reasoning: ReasoningParser | None) -> None:
+    def __init__(
+        self, tools: ToolCallParser | None, reasoning: ReasoningParser | None, prompt_ids: Sequence[int] = ()
+    ) -> None:
         self.tools = tools
         self.reasoning = reasoning
-        self.reasoning_ended = reasoning is None
+        self.reasoning_ended = reasoning is None or reasoning.closed_in(prompt_ids)
         self._tools_started = False
         self._text = ""
         self._ids: list[int] = []
