@@ -46,9 +46,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 
 def start(variant: str, index: int) -> Any:
     """Start the variant's server (same settings as ``make bench``'s, own ports and folder)."""
-    from unittest import mock
-
-    from benchmarks.run import server_settings
+    from benchmarks.run import server_settings, start_on
     from launcher import cli as launch
 
     slug = variant.replace(" ", "-")
@@ -62,9 +60,8 @@ def start(variant: str, index: int) -> Any:
     )
     launch.stop(s)
     repository = repository_with_stand_ins(WORK / f"split-templates-{slug}", VARIANTS[variant])
-    with mock.patch.object(launch, "TEMPLATES", repository):
-        if launch.start(s) != 0:
-            raise RuntimeError(f"{variant}: server did not start; see {s.log_file}")
+    if not start_on(s, repository):
+        raise RuntimeError(f"{variant}: server did not start; see {s.log_file}")
     return s
 
 

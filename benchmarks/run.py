@@ -361,14 +361,21 @@ def floor_templates() -> Path:
     return repository_with_stand_ins(WORK / "floor-templates")
 
 
-def start_floor(s: Any) -> bool:
-    """Start a server with settings ``s`` on the floor's model repository; True when it is ready."""
+def start_on(s: Any, templates: Path) -> bool:
+    """Start a server with settings ``s`` on the model-repository templates ``templates`` (the
+    launcher fills ``launcher.repository.TEMPLATES``); True when it is ready."""
     from unittest import mock
 
     from launcher import cli as launch
+    from launcher import repository
 
-    with mock.patch.object(launch, "TEMPLATES", floor_templates()):
+    with mock.patch.object(repository, "TEMPLATES", templates):
         return launch.start(s) == 0
+
+
+def start_floor(s: Any) -> bool:
+    """Start a server with settings ``s`` on the floor's model repository; True when it is ready."""
+    return start_on(s, floor_templates())
 
 
 def run_floor(plan: Plan) -> list[dict[str, Any]]:
