@@ -341,6 +341,9 @@ def test_slow_requests_of_a_batch_are_built_last_and_answered_in_order():
     built.clear()
     io.respond_each(requests[:2], "chat_render", lambda n: built.append(n) or n)
     assert built == ["slow1", "a"]  # without a predicate: the batch's order
+    asked: list[str] = []
+    assert io.respond_each(["slow1"], "chat_render", build, later=lambda n: asked.append(n) or True) == ["SLOW1"]
+    assert asked == []  # a lone request has no order to decide: the predicate is not paid for
     assert may_send_template(b'{"chat_template": "{{ 1 }}"}')
     assert may_send_template(b'{"chat_template_kwargs": {"chat_template": "x"}}')
     assert not may_send_template(b'{"add_generation_prompt": true}') and not may_send_template(None)
