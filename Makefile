@@ -121,3 +121,8 @@ engine-vllm-gpu: engine-vllm
 bench-peer: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+# The CPU image of docker/Dockerfile (--target cpu), built here with buildah (docker/build-image.sh).
+.PHONY: image image-test
+image:
+	docker/build-image.sh
