@@ -197,9 +197,10 @@ def _pip_installs(text: str) -> list[str]:
 
 
 def test_dockerfile_installs_the_makefiles_requirements():
-    dockerfile = (DOCKER / "Dockerfile").read_text()
+    dockerfile, cpu_stage = (DOCKER / "Dockerfile").read_text().split("FROM ${CPU_BASE} AS cpu")
     makefile = (ROOT / "Makefile").read_text()
     docker_pip, make_pip = _pip_installs(dockerfile), _pip_installs(makefile)
+    cpu_pip = _pip_installs(cpu_stage)
 
     def installs(cmds: list[str], req: str, no_deps: bool) -> bool:
         return any(f"-r {req}" in c and (("--no-deps" in c) == no_deps) for c in cmds)
@@ -208,9 +209,12 @@ def test_dockerfile_installs_the_makefiles_requirements():
     for req, no_deps in (("requirements.txt", False), ("requirements-nodeps.txt", True)):
         assert installs(make_pip, req, no_deps), f"Makefile does not install {req}"
         assert installs(docker_pip, req, no_deps), f"Dockerfile does not install {req}"
+        assert installs(cpu_pip, req, no_deps), f"the cpu target does not install {req}"
         assert re.search(rf"^COPY .*\b{re.escape(req)}\b", dockerfile, re.M)
-    # The server wheel only outside the image: the image has /opt/tritonserver.
+    # The server wheel where the Makefile installs it and in the cpu target (its server, as
+    # `make serve` runs it); not in the GPU image, which has /opt/tritonserver.
     assert installs(make_pip, "requirements-server.txt", True)
+    assert installs(cpu_pip, "requirements-server.txt", True)
     assert not any("requirements-server.txt" in c for c in docker_pip)
     assert re.search(r"pip download .*-r requirements-server.txt", dockerfile.replace("\\\n", " "))
     assert "nvidia-pytriton" not in (ROOT / "requirements.txt").read_text()
