@@ -123,6 +123,6 @@ bench-peer: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # The CPU image of docker/Dockerfile (--target cpu), built here with buildah (docker/build-image.sh).
-.PHONY: image image-test
+.PHONY: image
 image:
 	docker/build-image.sh

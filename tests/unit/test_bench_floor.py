@@ -72,3 +72,19 @@ def test_floor_split_replaces_one_stage_and_keeps_the_other_real(tmp_path, repla
             else ROOT / "model_repository" / model / "1" / "model.py"
         )
         assert (dst / model / "1" / "model.py").read_text() == source.read_text(), model
+
+
+def test_floor_server_is_rendered_from_the_stand_in_repository(tmp_path, monkeypatch):
+    """``start_on`` must swap the templates where the launcher reads them: after the launcher's
+    layout split, patching the wrong module left the floor unable to start at all."""
+    from benchmarks import run
+    from benchmarks.floor import repository_with_stand_ins
+    from launcher import cli as launch
+    from launcher import repository
+
+    s = run.server_settings(build_dir=str(tmp_path / "server"), models="render_chat")
+    monkeypatch.setattr(run, "floor_templates", lambda: repository_with_stand_ins(tmp_path / "templates"))
+    monkeypatch.setattr(launch, "start", lambda settings: repository.render_repository(settings) and 0)
+    assert run.start_floor(s)
+    served = (s.repository / "chat_render" / "1" / "model.py").read_text()
+    assert served == (ROOT / "benchmarks" / "floor" / "chat_render.py").read_text()
