@@ -14,6 +14,7 @@ for tool in podman buildah runc mmdebstrap; do
   command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] || missing+=("$tool")
 done
 if ((${#missing[@]})); then
+  apt-get update
   apt-get install -y --no-install-recommends podman buildah runc mmdebstrap
 fi
 
@@ -46,6 +47,7 @@ if [[ -n "$extra" ]]; then
   args+=(--build-arg "PIP_EXTRA_INDEX_URL=$extra")
 fi
 
-buildah bud --isolation chroot "${ULIMITS[@]}" --target cpu --build-arg "CPU_BASE=$BASE" \
+# --ignorefile: buildah reads only the context's own .dockerignore otherwise (the venv, GBs, would go in).
+buildah bud --isolation chroot "${ULIMITS[@]}" --target cpu --ignorefile docker/Dockerfile.dockerignore --build-arg "CPU_BASE=$BASE" \
   "${vols[@]}" "${args[@]}" -f docker/Dockerfile -t "$IMAGE" .
 podman image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "image size: %.0f MB\n", $1 / 1e6}'

@@ -139,7 +139,9 @@ def test_overlay_has_every_piece(rendered, overlay):
         assert c["image"].endswith(":gpu")
     else:
         assert env["MM_INSTANCE_KIND"] == "KIND_CPU" and gpus is None
-        assert c["image"].endswith(":cpu")
+        # The cpu overlay deploys exactly the image `make image` builds and `make image-test` runs.
+        built = re.search(r'^IMAGE="\$\{IMAGE:-([^}]+)\}"', (ROOT / "docker" / "build-image.sh").read_text(), re.M)
+        assert built and c["image"] == built.group(1), (c["image"], built)
 
 
 def test_autoscaler_scales_on_the_queue_time_metric_the_adapter_publishes(rendered):
@@ -205,12 +207,16 @@ def test_dockerfile_installs_the_makefiles_requirements():
     def installs(cmds: list[str], req: str, no_deps: bool) -> bool:
         return any(f"-r {req}" in c and (("--no-deps" in c) == no_deps) for c in cmds)
 
-    # The one pinned list, the same way in both places.
-    for req, no_deps in (("requirements.txt", False), ("requirements-nodeps.txt", True)):
-        assert installs(make_pip, req, no_deps), f"Makefile does not install {req}"
+    # The images install the server's list, the venv that list and the test tools on top of it.
+    assert installs(make_pip, "requirements.txt", False)
+    assert (ROOT / "requirements.txt").read_text().splitlines().count("-r requirements-runtime.txt") == 1
+    for req, no_deps in (("requirements-runtime.txt", False), ("requirements-nodeps.txt", True)):
         assert installs(docker_pip, req, no_deps), f"Dockerfile does not install {req}"
         assert installs(cpu_pip, req, no_deps), f"the cpu target does not install {req}"
         assert re.search(rf"^COPY .*\b{re.escape(req)}\b", dockerfile, re.M)
+    assert installs(make_pip, "requirements-nodeps.txt", True)
+    for stage in (dockerfile, cpu_stage):
+        assert not any(re.search(r"-r requirements\.txt\b", c) for c in _pip_installs(stage)), "test tools in an image"
     # The server wheel where the Makefile installs it and in the cpu target (its server, as
     # `make serve` runs it); not in the GPU image, which has /opt/tritonserver.
     assert installs(make_pip, "requirements-server.txt", True)
@@ -218,11 +224,17 @@ def test_dockerfile_installs_the_makefiles_requirements():
     assert not any("requirements-server.txt" in c for c in docker_pip)
     assert re.search(r"pip download .*-r requirements-server.txt", dockerfile.replace("\\\n", " "))
     assert "nvidia-pytriton" not in (ROOT / "requirements.txt").read_text()
-    # Every line of every list is pinned.
-    for req in ("requirements.txt", "requirements-nodeps.txt", "requirements-server.txt"):
+    # Every line of every list is pinned, each package once across them.
+    seen: dict[str, str] = {}
+    for req in ("requirements-runtime.txt", "requirements.txt", "requirements-nodeps.txt", "requirements-server.txt"):
         for line in (ROOT / req).read_text().splitlines():
             line = line.split("#")[0].strip()
-            assert not line or re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[^\s]+", line), (req, line)
+            if not line or line == "-r requirements-runtime.txt":
+                continue
+            assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[^\s]+", line), (req, line)
+            name = re.split(r"[\[=]", line)[0].lower().replace("_", "-")
+            assert name not in seen, (name, seen.get(name), req)
+            seen[name] = req
 
 
 def test_dockerfile_bakes_the_project_and_uses_the_launcher():
@@ -230,8 +242,13 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
     joined = text.replace("\\\n", " ")
     assert re.search(r"^ARG TRITON_TAG=24\.10-py3$", text, re.M)
     assert "FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}" in text
+    # The project's files once, in the `project` stage both images copy.
+    project = text.split("FROM scratch AS project\n", 1)[1].split("\nFROM ", 1)[0]
     for folder in PROJECT_FOLDERS:
-        assert re.search(rf"^COPY {folder}/ {folder}/$", text, re.M), folder
+        assert re.search(rf"^COPY {folder}/ {folder}/$", project, re.M), folder
+        assert text.count(f"COPY {folder}/") == 1, folder
+    assert "COPY docker/entrypoint.sh docker/entrypoint.sh" in project
+    assert text.count("COPY --from=project /opt/renderer/ ./") == 2
     assert re.search(r"^RUN python -m model_builders\.default_model ", text, re.M)
     # ...and every other built-in model the launcher prepares: MODELS_DIR is read-only in the pod.
     assert re.search(r"^ && BUILD_DIR=\S+ python -m launcher render", text, re.M)
@@ -251,11 +268,13 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
     for path in (
         *(f"{folder}/" for folder in PROJECT_FOLDERS),
         "docker/entrypoint.sh",
-        "requirements.txt",
+        "requirements-runtime.txt",
         "requirements-nodeps.txt",
         "requirements-server.txt",
     ):
         assert f"!{path}" in ignore, path
+    # buildah reads that file only when told (`make image`).
+    assert "--ignorefile docker/Dockerfile.dockerignore" in (DOCKER / "build-image.sh").read_text()
 
 
 # ---------------------------------------------------------------- the launcher's TRITON_HOME
