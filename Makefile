@@ -10,9 +10,10 @@ PYTEST_ARGS ?=
 
 .PHONY: venv model serve start stop status test unit clean
 
-# One pinned list (requirements*.txt) for this venv and for docker/Dockerfile; only
-# requirements-server.txt (the Triton server as a wheel) stays out of the image, which has its own.
-$(STAMP): requirements.txt requirements-nodeps.txt requirements-server.txt
+# One set of pinned lists (requirements*.txt) for this venv and for docker/Dockerfile: the images
+# install requirements-runtime.txt (requirements.txt adds the test tools), and the GPU image leaves
+# out requirements-server.txt (the Triton server as a wheel): its base has its own server.
+$(STAMP): requirements.txt requirements-runtime.txt requirements-nodeps.txt requirements-server.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt -r requirements-server.txt
@@ -44,7 +45,7 @@ status:
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
 # the tests drive (perf_analyzer, genai-perf) are installed first.
 test: lint model perf-analyzer genai-perf
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image" $(PYTEST_ARGS)
 
 # ruff's lint rules and format check (pyproject.toml); `make format` applies the layout.
 .PHONY: lint format
@@ -123,6 +124,12 @@ bench-peer: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # The CPU image of docker/Dockerfile (--target cpu), built here with buildah (docker/build-image.sh).
-.PHONY: image
+.PHONY: image image-test
 image:
 	docker/build-image.sh
+
+# `make image`, then that image run as the cpu overlay's pod (tests/live/test_image_live.py, host
+# ports 19500-19503); the image's size, start-to-ready and stop times land in build/image-test/.
+image-test: image model
+	IMAGE_TEST_REPORT=$(abspath $(BUILD_DIR))/image-test/report.json HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/live/test_image_live.py -m image $(PYTEST_ARGS)
+	@cat $(BUILD_DIR)/image-test/report.json
