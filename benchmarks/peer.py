@@ -8,7 +8,7 @@ which the ``LLM_ENGINE=vllm`` engine shares) and its render-only server.
 through ``benchmarks/vllm_launcher.py`` with ``HF_HUB_OFFLINE=1``: a render-only server (no weights,
 no engine) serving ``/v1/completions/render`` and ``/v1/chat/completions/render``.
 ``fastokens=True`` runs it with ``VLLM_USE_FASTOKENS=1``: vLLM's own switch to the same text
-encoding engine our ``tokenize`` stage picks (``fastokens``, pinned as in requirements.txt and
+encoding engine our ``tokenize`` stage picks (``fastokens``, pinned as in requirements-runtime.txt and
 installed into the peer venv too), so the two can be compared engine for engine.
 Opt-in (``make bench-peer``); never part of ``make test``.
 """

@@ -56,11 +56,12 @@ def installed() -> bool:
 
 
 def fastokens_pin() -> str:
-    """The ``fastokens==X`` line of requirements.txt: the peer gets the very version we run."""
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
+    """The ``fastokens==X`` line of requirements-runtime.txt (the server's list, which
+    requirements.txt includes): the peer gets the very version we run."""
+    for line in (ROOT / "requirements-runtime.txt").read_text().splitlines():
         if line.strip().startswith("fastokens=="):
             return line.strip()
-    raise RuntimeError("requirements.txt pins no fastokens")
+    raise RuntimeError("requirements-runtime.txt pins no fastokens")
 
 
 def has_fastokens() -> bool:

@@ -793,7 +793,7 @@ def method_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, Any])
         f"{PEER_PORT}, `--max-model-len 2048`, `HF_HUB_OFFLINE=1`, same model folder. Chats with tools go to "
         'vLLM with `tool_choice: "none"` (its default "auto" needs a tool parser; "none" keeps the tools '
         "in the template). The second peer run sets `VLLM_USE_FASTOKENS=1`, vLLM's own switch to the "
-        "fastokens engine (the version pinned in requirements.txt).\n"
+        "fastokens engine (the version pinned in requirements-runtime.txt).\n"
         "- Text encoding: our `tokenize` stage runs `TOKENIZER_BACKEND=auto`, fastokens where it reproduced "
         "Hugging Face's ids on every load-time probe (`renderer/tokenizer_backend.py`); token offsets always "
         "come from Hugging Face.\n"

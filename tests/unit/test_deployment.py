@@ -295,3 +295,12 @@ def test_readme_commands_name_real_files():
         assert (ROOT / path.rstrip(".")).exists(), path
     assert "apply -k docker/k8s/overlays/cpu" in readme and "apply -k docker/k8s/loadtest" in readme
     assert "perf_analyzer" in readme and "render_completion" in readme
+
+
+def test_the_peer_environment_pins_the_fastokens_the_server_runs():
+    """`make engine-vllm` reads the fastokens pin from the server's list (CI caught it reading a
+    list that no longer held it)."""
+    from model_builders.vllm_env import fastokens_pin
+
+    pin = fastokens_pin()
+    assert pin.startswith("fastokens==") and pin in (ROOT / "requirements-runtime.txt").read_text().splitlines()
