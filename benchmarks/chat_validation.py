@@ -10,7 +10,10 @@ Times ``validate_chat_request``, ``ChatRenderer.render_messages`` and ``ChatStag
 - ``tools``: ``benchmarks/inputs/chat_tools.json`` (tools, calls, results: never the fast path).
 
 With the fast path present, each round times it and the full path (the fast path switched off)
-back to back, so the ratio is taken under the same machine load; medians over the rounds.
+back to back, so the ratio is taken under the same machine load; medians over the rounds. Each
+round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
+on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (issue 26,
+lever 3; rows ``stage.engine``).
 
     .venv/bin/python -m benchmarks.chat_validation [--model build/models/smollm2-135m-instruct] [--rounds 9]
 """
@@ -72,6 +75,8 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     chat.warmup()
     stage = ChatStage.from_model_dir(model_dir)
     stage.warmup()
+    jinja_stage = ChatStage.from_model_dir(model_dir, template_engine="jinja2")
+    jinja_stage.warmup()
     sets = {"short": short_chats(), "multiturn": load("chat_multiturn"), "tools": load("chat_tools")}
     for reqs in sets.values():
         for r in reqs:
@@ -101,6 +106,10 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
                     # The full path: the fast path switched off (validate_chat_request looks it up per call).
                     request_mod.fast_validate = (lambda *a: None) if mode == "full" else fast  # type: ignore[attr-defined]
                     samples.setdefault((name, what, mode), []).append(_per_call_us(fn, reqs, seconds))
+            request_mod.fast_validate = fast  # type: ignore[attr-defined]
+            for mode, st in (("auto", stage), ("jinja2", jinja_stage)):
+                fn = lambda r, st=st: st.render(r["raw_messages"], r["bag"])  # noqa: E731
+                samples.setdefault((name, "stage.engine", mode), []).append(_per_call_us(fn, reqs, seconds))
     if fast is not None:
         request_mod.fast_validate = fast  # type: ignore[attr-defined]
     rows = []
@@ -123,6 +132,8 @@ def main() -> None:
         ratio = ""
         if r["mode"] == "fast":
             ratio = f"{by_key[(r['set'], r['what'], 'full')] / r['median_us']:.2f}x"
+        elif r["mode"] == "auto":
+            ratio = f"{by_key[(r['set'], r['what'], 'jinja2')] / r['median_us']:.2f}x (jinja2/auto)"
         print(f"{r['set']:<10} {r['what']:<16} {r['mode']:<8} {r['median_us']:>14.1f}  {ratio}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -51,6 +51,7 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "request_template_max_bytes": str(s.request_template_max_bytes),
         "max_model_len": str(s.max_model_len),
         "tokenizer_backend": s.tokenizer_backend,
+        "chat_template_engine": s.chat_template_engine,
         "mm_cache_bytes": str(s.mm_cache_bytes),
         "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
         "media_hosts": s.media_hosts,

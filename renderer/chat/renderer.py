@@ -3,7 +3,9 @@
 Steps, in vLLM's order: validate the request (vLLM's request models), refuse a request template
 unless trusted, settle the content format, parse the messages (collecting media items), pick the
 template (request, processor, tokenizer), turn developer messages into system ones where the
-template does not know the role, filter the template kwargs, render in the sandbox.
+template does not know the role, filter the template kwargs, render in the sandbox (or, for a plain
+chat on the model's own template, on the compiled engine where it is proven equal:
+``compiled_template.py``).
 
 The model's own templates render in process. A template sent with the request (trusted, and not
 the name of one of the tokenizer's templates) is size-checked here and otherwise only ever
@@ -26,6 +28,7 @@ from ..errors import (
     UntrustedMultiModalKwargsError,
     parameter_suffix,
 )
+from . import compiled_template
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import resolve_content_format
 from .messages import MultiModalItem, developer_to_system, parse_messages
@@ -95,7 +98,10 @@ class ChatRenderer:
         request_template_limits: RequestTemplateLimits = RequestTemplateLimits(),
         trust_request_mm_kwargs: bool = False,
         tool_choice_policy: ToolChoicePolicy | None = None,
+        template_engine: str = "auto",
     ) -> None:
+        if template_engine not in compiled_template.ENGINES:
+            raise ValueError(f"template_engine must be one of {compiled_template.ENGINES}, not {template_engine!r}")
         self.source = source
         self.limits = limits
         # vLLM's --trust-request-chat-template: off, a request's own template is refused; on, it
@@ -113,6 +119,10 @@ class ChatRenderer:
         self.image_placeholder = image_placeholder
         # Items allowed per prompt and modality; a text-only model allows none (vLLM's limit 0).
         self.mm_limits = dict(mm_limits) if mm_limits is not None else None
+        self.template_engine = template_engine
+        """``auto``: plain chats on the model's template render on minijinja where proven equal."""
+        self._compiled: compiled_template.CompiledChatTemplate | None = None
+        self._engine_choice: compiled_template.EngineChoice | None = None
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ChatRenderer":
@@ -150,20 +160,54 @@ class ChatRenderer:
                 timeout_s=self.request_template_limits.timeout_s - worker_s,
             )
         else:
-            prompt = apply_chat_template(
-                template,
-                conversation,
-                special_tokens=self.source.special_tokens,
-                template_kwargs=resolve_template_kwargs(template, kwargs),
-                tools=tools,
-                limits=self.limits,
-            )
+            resolved = resolve_template_kwargs(template, kwargs)
+            prompt = self._render_compiled(template, conversation, resolved, tools, request.documents)
+            if prompt is None:
+                prompt = apply_chat_template(
+                    template,
+                    conversation,
+                    special_tokens=self.source.special_tokens,
+                    template_kwargs=resolved,
+                    tools=tools,
+                    limits=self.limits,
+                )
         parsing = (
             self.tool_choice_policy.output_parsing(request.tools, request.tool_choice)
             if self.tool_choice_policy is not None
             else OutputParsing()
         )
         return RenderedChat(prompt, conversation, parsed.mm_items, content_format, parsing)
+
+    def _render_compiled(
+        self, template: str, conversation: list[dict[str, Any]], kwargs: Mapping[str, Any], tools: Any, documents: Any
+    ) -> str | None:
+        """The prompt from the compiled engine, for a plain chat on the model's default template;
+        None when the sandbox renders it (anything else, or whatever minijinja fails on)."""
+        if tools is not None or documents is not None:
+            return None
+        compiled = self.engine()[0]
+        if compiled is None or template is not compiled.source and template != compiled.source:
+            return None
+        agp = compiled_template.plain_kwargs(kwargs)
+        if agp is None or not compiled_template.is_plain(conversation):
+            return None
+        return compiled.render(conversation, agp)
+
+    def engine(self) -> tuple[compiled_template.CompiledChatTemplate | None, compiled_template.EngineChoice]:
+        """The compiled template for plain chats (None: all render in the sandbox) and why; chosen
+        once, on first use (``warmup``), by the load-time probe."""
+        if self._engine_choice is None:
+            try:
+                default = resolve_chat_template(self.source, None, None)
+            except ChatTemplateResolutionError:
+                default = None
+            self._compiled, self._engine_choice = compiled_template.choose(
+                self.template_engine, default, self.source.special_tokens, self.limits
+            )
+            logger.info(
+                "chat template engine for plain chats: %s (%s)", self._engine_choice.engine, self._engine_choice.reason
+            )
+        return self._compiled, self._engine_choice
 
     def _is_request_template(self, chat_template: str | None) -> bool:
         """Whether ``chat_template`` is the request's own text, not absent and not the name of one
@@ -242,6 +286,7 @@ class ChatRenderer:
         """
         if self.template_worker is not None:
             self.template_worker.start()
+        self.engine()
         try:
             self.render_messages(WARMUP_MESSAGES, params or ChatParams())
             return True

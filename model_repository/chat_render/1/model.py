@@ -27,6 +27,7 @@ class TritonPythonModel:
             trust_request_mm_kwargs=io.flag(params, "trust_request_mm_kwargs"),
             request_template_limits=RequestTemplateLimits.from_config(params),
             tool_choice_policy=ToolChoicePolicy.from_config(params),
+            template_engine=params.get("chat_template_engine") or "auto",
         )
         # Compiles the model's template, and starts the request-template worker when trusted.
         self.stage.warmup()
