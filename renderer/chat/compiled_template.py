@@ -28,7 +28,6 @@ here: they stay in the worker. ``CHAT_TEMPLATE_ENGINE=jinja2`` turns this off.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
@@ -38,15 +37,14 @@ import jinja2.nodes as nodes
 from .apply import apply_chat_template
 from .sandbox import ENV, TemplateLimits
 
-log = logging.getLogger("renderer.chat")
-
 ENGINES = ("auto", "jinja2")
 
 # minijinja's fuel: instructions one render may run (printing a message as a dict costs one per
 # character). Past it (0.7 s here) the request renders in the sandbox, under its own limits.
 _FUEL = 20_000_000
 
-_STATEMENTS = (nodes.Output, nodes.If, nodes.For, nodes.Assign)
+# Keyword only appears inside calls, where keyword arguments are refused below.
+_STATEMENTS = (nodes.Template, nodes.Keyword, nodes.Output, nodes.If, nodes.For, nodes.Assign)
 _EXPRESSIONS = (
     nodes.TemplateData,
     nodes.Const,
@@ -71,8 +69,6 @@ _EXPRESSIONS = (
 _COMPARISONS = frozenset({"eq", "ne", "in", "notin"})
 _TESTS = frozenset({"defined", "undefined", "none", "string"})
 _LOOP_FIELDS = frozenset({"first", "last", "index", "index0", "revindex", "revindex0", "length"})
-# The variables a plain request's context holds (special tokens aside).
-_CONTEXT = ("messages", "tools", "documents", "add_generation_prompt")
 
 
 @dataclass(frozen=True)
@@ -90,15 +86,14 @@ def unsupported_construct(ast: nodes.Template) -> str | None:
     """The first construct of ``ast`` whose meaning may differ between Jinja and minijinja, named;
     None when every node is one both engines give the same meaning for every string."""
     for node in ast.find_all(nodes.Node):
-        kind = type(node).__name__
-        if isinstance(node, (nodes.Template, nodes.Keyword)) or isinstance(node, _STATEMENTS):
+        if isinstance(node, _STATEMENTS):
             if isinstance(node, nodes.For) and node.recursive:
                 return "a recursive for loop"
             if isinstance(node, nodes.Assign) and not isinstance(node.target, nodes.Name):
                 return "an assignment to something other than a name"
             continue
         if not isinstance(node, _EXPRESSIONS):
-            return f"a {kind} node"
+            return f"a {type(node).__name__} node"
         if isinstance(node, nodes.Const) and type(node.value) not in (str, bool, int, type(None)):
             return f"the constant {node.value!r}"
         if isinstance(node, nodes.Operand) and node.op not in _COMPARISONS:
@@ -140,7 +135,8 @@ class CompiledChatTemplate:
         self._env = env
 
     def render(self, conversation: list[dict[str, Any]], add_generation_prompt: bool) -> str | None:
-        """The prompt; None when this request must render in the Jinja sandbox instead."""
+        """The prompt; None when this request must render in the Jinja sandbox instead. (The
+        load-time probe calls ``_render``, so what observes ``render`` sees requests only.)"""
         return self._render(conversation, add_generation_prompt)
 
     def _render(self, conversation: list[dict[str, Any]], add_generation_prompt: bool) -> str | None:
