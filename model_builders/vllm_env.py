@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,12 +78,22 @@ def has_torchvision() -> bool:
 
 def torchvision_error(python: Path = PYTHON) -> str:
     """Why ``python``'s environment cannot serve images through vLLM ("" when it can): torchvision
-    and vLLM's compiled ops must both load."""
-    probe = "import torchvision, vllm._C"
+    and vLLM's compiled ops must both load, the way vLLM loads them (its platform picks the build
+    the CPU runs: ``vllm._C`` is the AVX-512 one, which dies of SIGILL on an AVX2-only machine)."""
+    probe = (
+        "import torchvision, torch\n"
+        "from vllm.platforms import current_platform\n"
+        "current_platform.import_kernels()\n"
+        "assert hasattr(torch.ops._C, 'silu_and_mul'), 'no vLLM custom ops were registered'"
+    )
     r = subprocess.run(
         [str(python), "-c", probe], capture_output=True, text=True, env=dict(os.environ, VLLM_TARGET_DEVICE="cpu")
     )
-    return "" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["import failed"])[-1]
+    if r.returncode == 0:
+        return ""
+    if r.returncode < 0:
+        return f"the probe died of signal {-r.returncode} ({signal.Signals(-r.returncode).name})"
+    return (r.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
 def install_torchvision() -> None:
