@@ -81,10 +81,12 @@ class ChatStageOutput:
     media_kwargs: MediaKwargs = field(default_factory=MediaKwargs)
     """The request's media settings, for ``mm_process``."""
 
-    @property
-    def mm_items_json(self) -> list[str]:
-        """One JSON object per media item (the ``mm_items`` tensor)."""
-        return [item.to_json() for item in self.rendered.mm_items]
+    def mm_wire(self) -> tuple[list[str], list[bytes]]:
+        """The media items as ``mm_process`` takes them: the ``mm_items`` tensor (one JSON object
+        of metadata per item) and the ``mm_data`` tensor (each item's data URL, in step with it;
+        ``MultiModalItem.to_wire``)."""
+        wire = [item.to_wire() for item in self.rendered.mm_items]
+        return [meta for meta, _ in wire], [data for _, data in wire]
 
 
 def may_send_template(raw_chat_params: bytes | None) -> bool:

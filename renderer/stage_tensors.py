@@ -290,6 +290,7 @@ MULTIMODAL_STAGES: dict[str, StageTensors] = {
             _t("input_ids", "TYPE_INT32", (-1,), ragged=True),
             _t("token_offsets", "TYPE_INT32", (-1, 2), ragged=True),
             _t("mm_items", "TYPE_STRING", (-1,), ragged=True),
+            _t("mm_data", "TYPE_STRING", (-1,), optional=True, ragged=True),  # in step with mm_items
             _t("mm_kwargs", "TYPE_STRING", (1,)),
             _t("length_limit", "TYPE_INT32", (2,)),
         ),
@@ -307,6 +308,7 @@ MULTIMODAL_STAGES: dict[str, StageTensors] = {
         outputs=(
             *_CHAT_PROMPT,
             _t("mm_items", "TYPE_STRING", (-1,)),
+            _t("mm_data", "TYPE_STRING", (-1,)),  # each item's data URL, outside the JSON
             _t("mm_kwargs", "TYPE_STRING", (1,)),
         ),
     ),

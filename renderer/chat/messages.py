@@ -134,23 +134,50 @@ class MultiModalItem:
     part_index: int
     """Index of the part in that message's content."""
 
-    def to_json(self) -> str:
-        """The item as the chat stage hands it to the multimodal stage (one JSON object)."""
-        return json.dumps({"modality": self.modality, "source": self.source, "data": self.data, "uuid": self.uuid})
+    def to_wire(self) -> tuple[str, bytes]:
+        """The item as the chat stage hands it to the multimodal stage: one JSON object of
+        metadata (an ``mm_items`` element) and the data URL's text as UTF-8 (an ``mm_data``
+        element), so a megabyte of base64 is neither escaped into JSON nor parsed out of it.
+        Other data (an embeddings payload) stays inside the JSON, with an empty ``mm_data``."""
+        meta = {"modality": self.modality, "source": self.source, "uuid": self.uuid}
+        if isinstance(self.data, str):
+            return json.dumps({**meta, "data": None, "data_in_mm_data": True}), self.data.encode(
+                "utf-8", "surrogatepass"
+            )
+        return json.dumps({**meta, "data": self.data}), b""
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> "MultiModalItem":
+    def from_wire(cls, raw: str | bytes, data: bytes | None) -> "MultiModalItem":
+        """The inverse of ``to_wire``: ``raw`` the ``mm_items`` element, ``data`` the item's
+        ``mm_data`` element (None where the request carried no ``mm_data``)."""
         d = json.loads(raw)
         if not isinstance(d, dict):
             raise InvalidMessagesError("mm_items entries must be JSON objects.")
+        value = d.get("data")
+        if d.get("data_in_mm_data"):
+            if data is None:
+                raise InvalidMessagesError(
+                    "An mm_items entry refers to mm_data, but no mm_data element was sent for it."
+                )
+            value = bytes(data).decode("utf-8", "surrogatepass")
         return cls(
             modality=d.get("modality", "image"),
             source=d.get("source", "image_url"),
-            data=d.get("data"),
+            data=value,
             uuid=d.get("uuid"),
             message_index=-1,
             part_index=-1,
         )
+
+
+def items_from_wire(raw_items: Any, raw_data: Any) -> list[MultiModalItem]:
+    """The ``mm_items`` and ``mm_data`` tensors (arrays of BYTES elements, or None when absent)
+    as items; the two arrays go in step, one element per item."""
+    metas = [] if raw_items is None else list(raw_items.reshape(-1))
+    data: list[Any] = [None] * len(metas) if raw_data is None else list(raw_data.reshape(-1))
+    if len(data) != len(metas):
+        raise InvalidMessagesError(f"mm_data has {len(data)} elements for {len(metas)} mm_items entries.")
+    return [MultiModalItem.from_wire(m, d) for m, d in zip(metas, data)]
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,17 @@ def bytes_key(data: bytes, settings: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
+def source_key(url: str, settings: Mapping[str, Any]) -> str:
+    """Digest of a data URL's text + settings: like ``bytes_key``, an index to a content hash, so a
+    URL sent before finds its entry without base64 decoding (the text names the bytes exactly)."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(_VERSION)
+    h.update(b"source\0")
+    h.update(_settings_bytes(settings))
+    h.update(url.encode("utf-8", "surrogatepass"))  # any str a request can carry
+    return h.hexdigest()
+
+
 def uuid_key(uuid: str, request_kwargs: Mapping[str, Any]) -> str:
     """The identity of a uuid-named item: the uuid itself, or hashed with per-request kwargs."""
     if not request_kwargs:

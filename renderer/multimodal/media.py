@@ -195,6 +195,12 @@ def read_media_bytes(source: str | bytes, limits: MediaLimits) -> bytes:
     )
 
 
+def may_be_data_url_within_limit(source: Any, limits: MediaLimits) -> bool:
+    """Whether ``source`` is a data URL short enough that its payload could be within the byte
+    limit: every URL ``read_media_bytes`` accepts passes, so a cheap bound before hashing it."""
+    return isinstance(source, str) and source.startswith("data:") and (len(source) - 5) * 3 // 4 <= limits.max_bytes + 3
+
+
 def _check_size(n: int, limits: MediaLimits) -> None:
     if n > limits.max_bytes:
         raise MediaTooLargeError(f"The image is {n} bytes, more than the limit of {limits.max_bytes} bytes.")

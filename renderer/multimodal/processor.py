@@ -7,8 +7,9 @@ One call does, in order (cheap checks first, so a bad request fails before any d
 2. count the placeholder tokens in the prompt (Qwen2-VL ``<|image_pad|>``, Pixtral ``[IMG]``):
    one per item, else vLLM's "Expected there to be N prompt updates ..." error;
 3. per item: with a ``uuid``, look it up in the processor cache (no decoding on a hit; a uuid
-   without data must hit); otherwise read its bytes (limits in ``media``); bytes seen before
-   map straight to their content hash (a hit without decoding); else decode, hash the pixels
+   without data must hit); otherwise a data URL's text seen before, then its bytes (limits in
+   ``media``) seen before, map straight to their content hash (a hit without base64 or image
+   decoding, resp. without image decoding); else decode, hash the pixels
    and look that up; process on a miss (the family's resize + numba kernels);
 4. replace each placeholder token by the item's run and record its range (vLLM's
    ``PlaceholderRange`` semantics: offset of the run's first token in the new ids, length of the
@@ -40,8 +41,16 @@ from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
 from ..params import LengthLimit
 from .cache import CacheStats, ProcessorCache
 from .families import ImageFamily, PixtralFamily, ProcessedImage, Qwen2VLFamily
-from .identity import bytes_key, content_hash, uuid_key, validate_mm_uuids
-from .media import MediaLimits, check_item_count, check_media_io_kwargs, decode_image, load_image, read_media_bytes
+from .identity import bytes_key, content_hash, source_key, uuid_key, validate_mm_uuids
+from .media import (
+    MediaLimits,
+    check_item_count,
+    check_media_io_kwargs,
+    decode_image,
+    load_image,
+    may_be_data_url_within_limit,
+    read_media_bytes,
+)
 from .registry import load_family
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
@@ -299,16 +308,27 @@ class MultiModalProcessor:
                 key, lambda: fam.process(load_image(it.data, self.limits), kwargs, device)
             )
             return value, key, hit
+        # A data URL's text seen before names its bytes exactly: a hit skips the base64 decode too.
+        skey = source_key(it.data, settings) if may_be_data_url_within_limit(it.data, self.limits) else None
+        known = self._by_bytes.get(skey) if skey is not None else None
+        if known is not None:
+            cached = self.cache.get(known)
+            if cached is not None:
+                return cached, known, True
         raw = read_media_bytes(it.data, self.limits)
         bkey = bytes_key(raw, settings)
         known = self._by_bytes.get(bkey)
         if known is not None:
             cached = self.cache.get(known)
             if cached is not None:
+                if skey is not None:
+                    self._by_bytes.put(skey, known)
                 return cached, known, True
         img = decode_image(raw, self.limits)
         key = content_hash(img.rgb, settings)
         self._by_bytes.put(bkey, key)
+        if skey is not None:
+            self._by_bytes.put(skey, key)
         value, hit = self.cache.get_or_process(key, lambda: fam.process(img, kwargs, device))
         return value, key, hit
 

@@ -18,11 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from renderer.chat.messages import MultiModalItem, items_from_wire
 from renderer.chat_stage import ChatStage, MediaKwargs, chat_media_limits, messages_from_json
 from renderer.errors import (
     EmptyMessagesError,
     FieldTypeError,
     InvalidJSONError,
+    InvalidMessagesError,
     InvalidParamsError,
     LengthLimitError,
     MaxTokensError,
@@ -92,8 +94,13 @@ def test_an_image_model_writes_placeholders_and_hands_on_items_and_kwargs(vlm_di
     assert stage.multimodal and stage.family == "qwen2_vl"
     messages = json.dumps([{"role": "user", "content": [IMAGE_PART, IMAGE_PART, {"type": "text", "text": "two"}]}])
     out = stage.render(messages, {"mm_processor_kwargs": {"max_pixels": 3136}})
-    assert out.rendered.prompt.count("<|image_pad|>") == 2 and len(out.mm_items_json) == 2
-    assert json.loads(out.mm_items_json[0])["data"] == IMAGE_PART["image_url"]["url"]
+    metas, data = out.mm_wire()
+    assert out.rendered.prompt.count("<|image_pad|>") == 2 and len(metas) == len(data) == 2
+    # The data URL travels as its own bytes, not escaped into the item's JSON.
+    assert json.loads(metas[0])["data"] is None and data[0] == IMAGE_PART["image_url"]["url"].encode()
+    assert items_from_wire(np.array(metas, object), np.array(data, object)) == [
+        replace(it, message_index=-1, part_index=-1) for it in out.rendered.mm_items
+    ]
     kwargs = MediaKwargs.from_bag(json.loads(out.media_kwargs.to_json()))
     assert kwargs == MediaKwargs({"max_pixels": 3136}, None)
     # Untrusted (vLLM's default): the same kwargs are refused, with vLLM's words; an empty bag passes.
@@ -102,7 +109,7 @@ def test_an_image_model_writes_placeholders_and_hands_on_items_and_kwargs(vlm_di
         default.render(messages, {"mm_processor_kwargs": {"max_pixels": 3136}})
     with pytest.raises(UntrustedMultiModalKwargsError, match=r"\(parameter=media_io_kwargs\)$"):
         default.render(messages, {"media_io_kwargs": {"image": {"x": 1}}})
-    assert default.render(messages, {"mm_processor_kwargs": {}}).mm_items_json
+    assert default.render(messages, {"mm_processor_kwargs": {}}).mm_wire()[0]
     limited = ChatStage.from_model_dir(vlm_dir, media_limits=MediaLimits(max_items={"image": 16}))
     with pytest.raises(MultiModalLimitError, match="At most 16 image"):
         limited.render(json.dumps([{"role": "user", "content": [IMAGE_PART] * 17}]), None)
@@ -347,3 +354,23 @@ def test_slow_requests_of_a_batch_are_built_last_and_answered_in_order():
     assert may_send_template(b'{"chat_template": "{{ 1 }}"}')
     assert may_send_template(b'{"chat_template_kwargs": {"chat_template": "x"}}')
     assert not may_send_template(b'{"add_generation_prompt": true}') and not may_send_template(None)
+
+
+def test_media_items_cross_to_mm_process_as_metadata_and_data_in_step() -> None:
+    url = "data:image/png;base64,iVBORw0KGgo=\ud800"  # any text a JSON request can carry survives
+    items = [
+        MultiModalItem("image", "image_url", url, "u1", -1, -1),
+        MultiModalItem("image", "image_url", None, "cached", -1, -1),  # a uuid alone: nothing to carry
+        MultiModalItem("image", "image_embeds", {"image_embeds": "QUJD"}, None, -1, -1),  # stays inline
+    ]
+    wire = [it.to_wire() for it in items]
+    assert [d for _, d in wire][1:] == [b"", b""]
+    metas, data = np.array([m for m, _ in wire], object), np.array([d for _, d in wire], object)
+    assert items_from_wire(metas, data) == items
+    # Without mm_data (a caller of mm_process that keeps data inline) inline items still read.
+    assert items_from_wire(metas[1:], None) == items[1:]
+    with pytest.raises(InvalidMessagesError, match=r"^An mm_items entry refers to mm_data, but no mm_data"):
+        items_from_wire(metas, None)
+    with pytest.raises(InvalidMessagesError, match=r"^mm_data has 2 elements for 3 mm_items entries\.$"):
+        items_from_wire(metas, data[:2])
+    assert items_from_wire(None, None) == []

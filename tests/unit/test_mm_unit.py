@@ -649,6 +649,47 @@ def test_cache_hit_skips_processing(qwen: MultiModalProcessor, monkeypatch: pyte
     assert stats.current_bytes == first.pixel_values.nbytes
 
 
+def test_data_url_seen_before_hits_without_base64_decoding(
+    qwen: MultiModalProcessor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from renderer.multimodal import processor as proc_mod
+
+    reads, decodes = [], []
+    real_read, real_decode = proc_mod.read_media_bytes, proc_mod.decode_image
+    monkeypatch.setattr(proc_mod, "read_media_bytes", lambda *a, **k: reads.append(1) or real_read(*a, **k))
+    monkeypatch.setattr(proc_mod, "decode_image", lambda *a, **k: decodes.append(1) or real_decode(*a, **k))
+    url = data_url(png("odd_333x77"))
+    first = qwen.process(qwen_prompt(1), [item(url)])
+    assert (len(reads), len(decodes), first.cache_hits) == (1, 1, 0)
+    again = qwen.process(qwen_prompt(2), [item(url), item(url, i=1)])
+    assert (len(reads), len(decodes), again.cache_hits) == (1, 1, 2)  # the text alone finds it
+    assert again.hashes == first.hashes * 2 and np.array_equal(
+        again.pixel_values[: len(first.pixel_values)], first.pixel_values
+    )
+    # Other text for the same bytes (another media type): read, not decoded, then known by its text.
+    relabelled = "data:image/jpeg;base64," + url.partition(",")[2]
+    assert qwen.process(qwen_prompt(1), [item(relabelled)]).hashes == first.hashes
+    assert (len(reads), len(decodes)) == (2, 1)
+    qwen.process(qwen_prompt(1), [item(relabelled)])
+    assert len(reads) == 2
+    # Other processor settings are another entry: the text alone is no hit.
+    other = qwen.process(qwen_prompt(1), [item(url)], mm_processor_kwargs={"max_pixels": 28 * 28 * 4})
+    assert other.hashes != first.hashes and (len(reads), len(decodes)) == (3, 2)
+    # Text that was refused once is refused again, with the same words: nothing was recorded for it.
+    bad = "data:image/png;base64,@@@@"
+    for _ in range(2):
+        with pytest.raises(MediaLoadError, match="^Non-base64 digit found$"):
+            qwen.process(qwen_prompt(1), [item(bad)])
+
+
+def test_a_data_url_known_by_text_whose_entry_was_evicted_is_processed_again(qwen_dir: Path) -> None:
+    small = MultiModalProcessor.from_model_dir(qwen_dir, cache_bytes=1, image_processor="slow")  # holds nothing
+    url = data_url(png("odd_333x77"))
+    first, second = (small.process(qwen_prompt(1), [item(url)]) for _ in range(2))
+    assert second.cache_hits == 0 and second.hashes == first.hashes
+    assert np.array_equal(second.pixel_values, first.pixel_values)
+
+
 def test_cache_lru_eviction_by_bytes() -> None:
     cache: ProcessorCache[np.ndarray] = ProcessorCache(1000, lambda a: a.nbytes)
     for k in "abc":

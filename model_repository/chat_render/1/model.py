@@ -46,8 +46,10 @@ class TritonPythonModel:
             OUT("output_parsing", [out.rendered.output_parsing.to_json()]),
         ]
         if self.stage.multimodal:
+            items, data = out.mm_wire()
             tensors += [
-                OUT("mm_items", out.mm_items_json),
+                OUT("mm_items", items),
+                OUT("mm_data", data),
                 OUT("mm_kwargs", [out.media_kwargs.to_json()]),
             ]
         else:

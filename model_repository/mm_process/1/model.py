@@ -10,7 +10,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from renderer.chat.messages import MultiModalItem
+from renderer.chat.messages import items_from_wire
 from renderer.chat_stage import MediaKwargs
 from renderer.media_defaults import DEFAULT_IMAGE_PROCESSOR
 from renderer.multimodal.media import MediaLimits
@@ -48,8 +48,7 @@ class TritonPythonModel:
         self.misses = self.misses_family.Metric(labels={"model": "mm_process"})
 
     def _one(self, request: Any) -> Any:
-        raw_items = io.get(request, "mm_items")
-        items = [MultiModalItem.from_json(r) for r in (raw_items.reshape(-1) if raw_items is not None else [])]
+        items = items_from_wire(io.get(request, "mm_items"), io.get(request, "mm_data"))
         kwargs = MediaKwargs.from_bag(io.get_json(request, "mm_kwargs"))
         # The limit tokenize resolved for this request (MAX_MODEL_LEN, tokenize_params, max_tokens).
         limit = LengthLimit.from_values(io.get_ids(request, "length_limit") or [])
