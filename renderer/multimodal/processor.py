@@ -310,20 +310,16 @@ class MultiModalProcessor:
             return value, key, hit
         # A data URL's text seen before names its bytes exactly: a hit skips the base64 decode too.
         skey = source_key(it.data, settings) if may_be_data_url_within_limit(it.data, self.limits) else None
-        known = self._by_bytes.get(skey) if skey is not None else None
-        if known is not None:
-            cached = self.cache.get(known)
-            if cached is not None:
-                return cached, known, True
+        hit = self._indexed(skey)
+        if hit is not None:
+            return hit
         raw = read_media_bytes(it.data, self.limits)
         bkey = bytes_key(raw, settings)
-        known = self._by_bytes.get(bkey)
-        if known is not None:
-            cached = self.cache.get(known)
-            if cached is not None:
-                if skey is not None:
-                    self._by_bytes.put(skey, known)
-                return cached, known, True
+        hit = self._indexed(bkey)
+        if hit is not None:
+            if skey is not None:
+                self._by_bytes.put(skey, hit[1])
+            return hit
         img = decode_image(raw, self.limits)
         key = content_hash(img.rgb, settings)
         self._by_bytes.put(bkey, key)
@@ -331,6 +327,12 @@ class MultiModalProcessor:
             self._by_bytes.put(skey, key)
         value, hit = self.cache.get_or_process(key, lambda: fam.process(img, kwargs, device))
         return value, key, hit
+
+    def _indexed(self, index_key: str | None) -> tuple[ProcessedImage, str, bool] | None:
+        """The cached entry an index key (``source_key`` / ``bytes_key``) points to, if still held."""
+        key = self._by_bytes.get(index_key) if index_key is not None else None
+        cached = self.cache.get(key) if key is not None else None
+        return None if cached is None else (cached, key, True)
 
     def _collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
         fam = self.family
