@@ -166,14 +166,30 @@ def short_of_stubs(stubs: dict[int, Stub], expected: dict[str, int]) -> list[str
 
 
 def retire_old_stubs(server_pid: int, model: str, old: dict[int, Stub], grace_s: float = 5.0) -> list[Stub]:
-    """End the stubs of ``model``'s old instances that outlived its reload, and unlink their
-    regions; returns those ended. Only once the model has as many new stubs as it had before
-    (new ones serve it; if the reload kept some old instance, nothing is touched)."""
+    """End the stubs of ``model``'s old instances that outlived its reload, and unlink every old
+    instance's region; returns the stubs ended. Only once the model has as many new stubs as it had
+    before (new ones serve it; if the reload kept some old instance, nothing is touched)."""
     current = stubs_of(server_pid)
+    mine = [s for s in old.values() if s.model == model]
     new = [s for pid, s in current.items() if s.model == model and pid not in old]
-    survivors = [s for pid, s in old.items() if s.model == model and pid in current]
-    if not survivors or len(new) < sum(1 for s in old.values() if s.model == model):
+    if len(new) < len(mine):
         return []
+    survivors = [s for s in mine if s.pid in current]
+    _end(survivors, grace_s)
+    # Also the regions of old stubs that exited by themselves: tritonserver unlinks a region only
+    # after its stub is gone, and a stub it gave up on (killed, crashed) may keep its region.
+    for s in mine:
+        if s.region:
+            Path("/dev/shm", s.region).unlink(missing_ok=True)
+    if survivors:
+        log.warning(
+            "ended %d stub(s) of model %s's old instances: %s", len(survivors), model, [s.pid for s in survivors]
+        )
+    return survivors
+
+
+def _end(survivors: list[Stub], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``, and wait (as long again) for them to be gone."""
     for s in survivors:
         _signal(s.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -184,11 +200,6 @@ def retire_old_stubs(server_pid: int, model: str, old: dict[int, Stub], grace_s:
             _signal(s.pid, signal.SIGKILL)
     while any(alive(s.pid) for s in survivors) and time.monotonic() < deadline + grace_s:
         time.sleep(0.05)
-    for s in survivors:
-        if s.region:
-            Path("/dev/shm", s.region).unlink(missing_ok=True)
-    log.warning("ended %d stub(s) of model %s's old instances: %s", len(survivors), model, [s.pid for s in survivors])
-    return survivors
 
 
 def _signal(pid: int, sig: int) -> None:

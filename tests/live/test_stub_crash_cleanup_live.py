@@ -131,9 +131,11 @@ def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
     killed_at = time.monotonic()
     deadline = killed_at + 120
     new: set[int] = set()
+    # Settled: the new stubs serve, and the watchdog has ended the old ones and unlinked their
+    # regions (it does so right after the reload; the stubs may be gone a moment before).
     while time.monotonic() < deadline:
         new = stub_pids(s, "chat_render") - set(old)
-        if len(new) == INSTANCES and not any(alive(p) for p in old):
+        if len(new) == INSTANCES and not any(alive(p) for p in old) and not any(os.path.exists(r) for r in old_regions):
             break
         time.sleep(0.5)
     settled = time.monotonic() - killed_at

@@ -4,7 +4,12 @@ tests/live/test_stub_crash_cleanup_live.py."""
 
 from __future__ import annotations
 
-from launcher.watchdog import Stub, short_of_stubs, stub_count
+import os
+import uuid
+from pathlib import Path
+
+from launcher import watchdog
+from launcher.watchdog import Stub, retire_old_stubs, short_of_stubs, stub_count
 
 
 def test_stub_count_by_backend_and_instance_group():
@@ -29,3 +34,26 @@ def test_short_of_stubs_names_models_missing_a_stub():
     assert short_of_stubs(stubs, {"chat_render": 2, "tokenize": 1}) == []
     assert short_of_stubs(stubs, {"chat_render": 3, "tokenize": 1, "detokenize": 1}) == ["chat_render", "detokenize"]
     assert short_of_stubs(stubs, {}) == []
+
+
+def test_retire_unlinks_regions_of_old_stubs_that_exited_by_themselves(monkeypatch):
+    """After a reload, the old instances' stubs may have exited on their own (tritonserver's unload)
+    and a crashed one left its region: every old region goes once the new stubs are all there, and a
+    reload still short of new stubs touches nothing."""
+    names = [f"test_watchdog_{uuid.uuid4().hex}_{i}" for i in range(3)]
+    for n in names:
+        Path("/dev/shm", n).write_bytes(b"x")
+    old = {90001: Stub(90001, "m", names[0]), 90002: Stub(90002, "m", names[1]), 90003: Stub(90003, "other", names[2])}
+    try:
+        current = {90011: Stub(90011, "m", None)}
+        monkeypatch.setattr(watchdog, "stubs_of", lambda server_pid: current)
+        assert retire_old_stubs(1, "m", old) == []
+        assert all(Path("/dev/shm", n).exists() for n in names), "a reload short of new stubs unlinked a region"
+        current[90012] = Stub(90012, "m", None)
+        assert retire_old_stubs(1, "m", old) == []  # none survived: nothing to end
+        assert not Path("/dev/shm", names[0]).exists() and not Path("/dev/shm", names[1]).exists()
+        assert Path("/dev/shm", names[2]).exists(), "another model's region was unlinked"
+    finally:
+        for n in names:
+            if os.path.exists(f"/dev/shm/{n}"):
+                os.unlink(f"/dev/shm/{n}")
