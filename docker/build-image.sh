@@ -6,7 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE="${IMAGE:-localhost/triton-renderer:cpu}"
-BASE="${CPU_BASE:-localhost/debian:bookworm}"
+# The base's packages; its tag names them, so a base made from an older list is made again.
+# libpython3.11: the Python-backend stub links it (Debian's python3 binary does not need it).
+BASE_PACKAGES=python3,python3-venv,libpython3.11,ca-certificates
+BASE="${CPU_BASE:-localhost/debian:bookworm-$(printf %s "$BASE_PACKAGES" | sha256sum | cut -c1-12)}"
 ULIMITS=(--ulimit nofile=20000:20000 --ulimit nproc=30000:30000)
 
 missing=()
@@ -22,7 +25,7 @@ if ! podman image exists "$BASE"; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   # python3 is 3.11 on bookworm, the Makefile venv's minor version.
-  mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$tmp/rootfs.tar"
+  mmdebstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$tmp/rootfs.tar"
   podman import "$tmp/rootfs.tar" "$BASE"
 fi
 

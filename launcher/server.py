@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -29,13 +30,31 @@ def triton_home() -> Path:
     return Path(home) if home else site_packages() / "pytriton" / "tritonserver"
 
 
+class StubNotRunnableError(RuntimeError):
+    """The Python-backend stub does not start here (a shared library it needs is missing, say)."""
+
+
 def ensure_python_stub() -> None:
-    """The wheel ships one stub per Python; the backend wants the one for ours beside it."""
+    """The wheel ships one stub per Python; the backend wants the one for ours beside it, and it
+    must run: otherwise every Python model fails to load with Triton's misleading 'Failed to give
+    execute permission' (its test is that the stub, run bare, exits 1), so say why here instead."""
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
     src = triton_home() / "python_backend_stubs" / ver / "triton_python_backend_stub"
     dst = triton_home() / "backends" / "python" / "triton_python_backend_stub"
     if not dst.exists():
         shutil.copy2(src, dst)
+    check_stub_runs(dst)
+
+
+def check_stub_runs(stub: Path) -> None:
+    """Run ``stub`` bare in the server's environment, as the backend does before each start; it
+    prints its usage and exits 1 when it can run at all."""
+    out = subprocess.run([str(stub)], env=server_env(), capture_output=True, text=True, timeout=60)
+    if out.returncode != 1:
+        why = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        raise StubNotRunnableError(
+            f"the Python-backend stub {stub} does not run here (exit status {out.returncode}): {' '.join(why)}"
+        )
 
 
 def server_env(s: Settings | None = None) -> dict[str, str]:

@@ -289,6 +289,17 @@ def test_triton_home_override(monkeypatch, tmp_path):
     assert f"--backend-directory={tmp_path / 'backends'}" in cmd
 
 
+def test_a_stub_that_cannot_run_is_named_before_triton_blames_permissions(tmp_path):
+    """The stub of this venv runs; one that cannot (as with a base image lacking libpython: the loader
+    exits 127) is refused with the loader's words, not Triton's 'Failed to give execute permission'."""
+    server.ensure_python_stub()  # this venv's stub passes the same check
+    broken = tmp_path / "triton_python_backend_stub"
+    broken.write_text("#!/bin/sh\necho 'error while loading shared libraries: libpython3.11.so.1.0' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    with pytest.raises(server.StubNotRunnableError, match=r"exit status 127\): error while loading shared libraries"):
+        server.check_stub_runs(broken)
+
+
 def test_readme_commands_name_real_files():
     readme = (DOCKER / "README.md").read_text()
     for path in re.findall(r"(docker/[\w./-]+)", readme):
