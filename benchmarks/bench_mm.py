@@ -9,7 +9,9 @@ For each family and image size:
   kernels + placeholder expansion); warm: the same image again with the cache on (a hit);
 - through Triton: ``render_chat`` over HTTP on a server for the family's tiny model, a new image
   each time (a miss: chat_render + tokenize + mm_process + the transfer of the data URL and the
-  tensors), and the same image again (a hit: the cache-hit latency a client sees).
+  tensors), and the same image again (a hit: the cache-hit latency a client sees);
+- the ``chat`` path on that hit: the same chat generating one token on the family's tiny model in
+  the same server (render, mm_process and the model's prefill; the image tensors never leave it).
 Builds the tiny model folders under ``build/models`` if missing. Loopback only.
 """
 
@@ -74,7 +76,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     rows = []
     log(
         f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
-        f"{'triton miss':>12} {'triton hit':>11} {'HF/ours':>8} {'HF/triton':>10}"
+        f"{'triton miss':>12} {'triton hit':>11} {'chat hit':>9} {'HF/ours':>8} {'HF/triton':>10}"
     )
     for i, (fam, d) in enumerate(dirs.items()):
         port = 19500 + 10 * i
@@ -82,7 +84,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
             launch.Settings(),
             openai_port=0,
             model=fam.replace("_", "-"),
-            models="render_chat",
+            models="render_chat,chat",
             build_dir=str(ROOT / "build" / f"bench-mm-{fam}"),
             http_port=port,
             grpc_port=port + 1,
@@ -121,6 +123,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                 same = _chat(data_url(png))
                 client.render_chat(same)
                 t_hit = _ms(lambda: client.render_chat(same), repeat)
+                t_chat = _ms(lambda: list(client.generate("chat", messages=same, max_tokens=1)), repeat)
                 row = {
                     "family": fam,
                     "size": f"{w}x{h}",
@@ -129,6 +132,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                     "ours_warm_ms": round(t_warm, 2),
                     "triton_miss_ms": round(t_miss, 2),
                     "triton_hit_ms": round(t_hit, 2),
+                    "chat_hit_1_token_ms": round(t_chat, 2),
                     "hf_over_ours_cold": round(t_hf / t_cold, 2),
                     "hf_over_triton_miss": round(t_hf / t_miss, 2),
                     "served_over_inprocess_hit": round(t_hit / t_warm, 2),
@@ -137,7 +141,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                 rows.append(row)
                 log(
                     f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
-                    f"{t_hit:11.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
+                    f"{t_hit:11.1f} {t_chat:9.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
                 )
         finally:
             client.close()
