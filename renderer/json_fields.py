@@ -48,7 +48,10 @@ def parse_json(text: str, name: str) -> Any:
         raise InvalidJSONError(name, f"{e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:
         raise nesting_error(name) from None
-    if text.count("[") + text.count("{") > MAX_NESTING_DEPTH:  # else it cannot nest that deep
+    # Deeper than the limit takes more than twice as many characters (a bracket to open and one to
+    # close each level). Past that, walk the value: its cost follows the containers, which a
+    # megabyte data URL does not add to, where counting the text's brackets cost 1.6 ms per image.
+    if len(text) > 2 * MAX_NESTING_DEPTH:
         check_depth(value, name)
     return value
 
