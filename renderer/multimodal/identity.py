@@ -20,6 +20,10 @@ import numpy as np
 from ..errors import MultiModalUUIDError
 
 _VERSION = b"renderer.multimodal.v1\0"
+# The index keys hash megabytes per request (a data URL's text, the encoded bytes); OpenSSL's SHA-256
+# runs on the CPU's SHA extensions, which server CPUs have: 0.8 ms for a 1.09 MB data URL here
+# against 2.2 ms for BLAKE2b (48% of mm_process's execute on a hit, by py-spy). The content hash,
+# the identity clients see in mm_hashes, stays BLAKE2b.
 
 
 def _settings_bytes(settings: Mapping[str, Any]) -> bytes:
@@ -38,7 +42,7 @@ def content_hash(rgb: np.ndarray, settings: Mapping[str, Any]) -> str:
 
 def bytes_key(data: bytes, settings: Mapping[str, Any]) -> str:
     """Digest of encoded bytes + settings: an index to a content hash, never an identity itself."""
-    h = hashlib.blake2b(digest_size=32)
+    h = hashlib.sha256()
     h.update(_VERSION)
     h.update(b"bytes\0")
     h.update(_settings_bytes(settings))
@@ -49,7 +53,7 @@ def bytes_key(data: bytes, settings: Mapping[str, Any]) -> str:
 def source_key(url: str, settings: Mapping[str, Any]) -> str:
     """Digest of a data URL's text + settings: like ``bytes_key``, an index to a content hash, so a
     URL sent before finds its entry without base64 decoding (the text names the bytes exactly)."""
-    h = hashlib.blake2b(digest_size=32)
+    h = hashlib.sha256()
     h.update(_VERSION)
     h.update(b"source\0")
     h.update(_settings_bytes(settings))

@@ -85,7 +85,8 @@ class MultiModalOutput:
     """Prompt ids with every placeholder token replaced by its item's run."""
 
     pixel_values: Any
-    """The family's pixel tensor (see the class docstring)."""
+    """The family's pixel tensor (see the class docstring); for one image on the CPU, the cache's
+    own read-only array (copy it to write to it)."""
 
     image_grid_thw: np.ndarray | None
     """Qwen2-VL: int64 [num_images, 3] (grid_t, grid_h, grid_w); None for Pixtral."""
@@ -340,8 +341,12 @@ class MultiModalProcessor:
             return fam.empty_tensors()
         pvs = [p.pixel_values for p in processed]
         on_cpu = isinstance(pvs[0], np.ndarray)
+        # One image on the CPU: its own (read-only, cached) array, not a copy of 4 MB or more.
+        single = on_cpu and len(pvs) == 1
         if isinstance(fam, Qwen2VLFamily):
-            if on_cpu:
+            if single:
+                pv = pvs[0]
+            elif on_cpu:
                 pv = np.concatenate(pvs, axis=0)
             else:
                 import torch
@@ -349,6 +354,8 @@ class MultiModalProcessor:
                 pv = torch.cat(pvs, dim=0)
             return {"pixel_values": pv, "image_grid_thw": np.array([p.grid for p in processed], dtype=np.int64)}
         sizes = np.array([p.grid for p in processed], dtype=np.int64)
+        if single:
+            return {"pixel_values": pvs[0][None], "image_sizes": sizes}
         mh, mw = int(sizes[:, 0].max()), int(sizes[:, 1].max())
         if on_cpu:
             pv = np.zeros((len(pvs), 3, mh, mw), dtype=np.float32)
