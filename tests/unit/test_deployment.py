@@ -300,6 +300,14 @@ def test_a_stub_that_cannot_run_is_named_before_triton_blames_permissions(tmp_pa
         server.check_stub_runs(broken)
 
 
+def test_the_dockerfile_and_make_image_name_the_same_cpu_base():
+    """docker/build-image.sh makes the base and passes its tag; the Dockerfile's default must name
+    that same base, or a plain `docker build --target cpu` starts from an older or missing one."""
+    default = re.search(r"^ARG CPU_BASE=(\S+)$", (DOCKER / "Dockerfile").read_text(), re.M)
+    made = re.search(r'^BASE="\$\{CPU_BASE:-([^}]+)\}"$', (DOCKER / "build-image.sh").read_text(), re.M)
+    assert default and made and default.group(1) == made.group(1)
+
+
 def test_readme_commands_name_real_files():
     readme = (DOCKER / "README.md").read_text()
     for path in re.findall(r"(docker/[\w./-]+)", readme):
