@@ -287,9 +287,8 @@ def test_chat_with_an_image_answers_like_transformers(mm):
     out = proc.process(tok(rendered.prompt, add_special_tokens=False).input_ids, rendered.mm_items)
     model = AutoModelForImageTextToText.from_pretrained(s.resolved_model_dir, dtype=torch.float32)
     ids = torch.tensor([out.input_ids])
-    extra = {
-        k: torch.from_numpy(np.array(v)) for k, v in out.tensors().items()
-    }  # copies: the cache's arrays are read-only
+    # Copies: the cache's arrays are read-only.
+    extra = {k: torch.from_numpy(np.array(v)) for k, v in out.tensors().items()}
     if family == "qwen2_vl":
         extra["mm_token_type_ids"] = (ids == proc.placeholder_token_id).long()
     ref = model.generate(
