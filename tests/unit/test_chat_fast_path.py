@@ -273,3 +273,85 @@ def test_media_kwargs_of_a_request_without_any_are_empty():
     assert MediaKwargs.of(ChatParams()) is MediaKwargs.of(ChatParams())  # the shared empty one
     sent = ChatParams.from_request({"mm_processor_kwargs": {"max_pixels": 3136}})
     assert MediaKwargs.of(sent) == MediaKwargs({"max_pixels": 3136}, None)
+
+
+# --- parsing: a plain message straight to what the template sees (issue 26) -------------------
+
+
+def _parsed(parse: Any, msg: Any, fmt: str) -> Any:
+    """``parse``'s result for one message, or the error it raised (type and words)."""
+    from renderer.chat.messages import MultiModalItem
+
+    items: list[MultiModalItem] = []
+    try:
+        return ("ok", parse(0, msg, fmt, items, "<image>"), items)
+    except Exception as e:  # noqa: BLE001 (the error is the outcome compared)
+        return ("raised", type(e), str(e))
+
+
+def _assert_parse_same(msg: Any, fresh: Any = None) -> bool:
+    """Whether the plain path took ``msg``; either way, the message parse gives exactly what the
+    general parse does, in both content formats. ``fresh()`` makes the message anew for each parse
+    (validated content parts are read once)."""
+    from renderer.chat.messages import _parse_message, parse_message, plain_message
+
+    fresh = fresh or (lambda: msg)
+    took = [plain_message(fresh(), fmt) is not None for fmt in ("string", "openai")]
+    assert took[0] == took[1]
+    for fmt in ("string", "openai"):
+        got, want = _parsed(_parse_message, fresh(), fmt), _parsed(parse_message, fresh(), fmt)
+        assert _same(got, want), f"{fmt}: plain path {got!r} != general parse {want!r}"
+    return took[0]
+
+
+def _validated(args: tuple[Any, Any, Any, Any]) -> list[Any]:
+    """A request's messages as the template's parse receives them: validated (vLLM's request
+    model), or as sent where validation refuses the request."""
+    try:
+        return validate_chat_request(*args).messages
+    except Exception:  # noqa: BLE001 (refused: the message as sent still must parse the same)
+        return args[0] if isinstance(args[0], list) else [args[0]]
+
+
+def test_message_parse_same_as_general_parse_on_the_whole_corpus():
+    taken, seen = set(), []
+    for name, args in CORPUS:
+        for i, msg in enumerate(_validated(args)):
+            seen.append((f"{name}[{i}]", msg))
+            if _assert_parse_same(msg, lambda: _validated(args)[i]):
+                taken.add(f"{name}[{i}]")
+    # Every message of the plain benchmark chats takes it (a path that never applied would prove
+    # nothing) ...
+    multiturn = {name for name, _ in seen if name.startswith("chat_multiturn:")}
+    assert multiturn and multiturn <= taken
+    # ... and no message with tool calls, a tool result or content parts does.
+    for name, msg in seen:
+        if isinstance(msg, dict) and ("tool_calls" in msg or not isinstance(msg.get("content"), str)):
+            assert name not in taken, name
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        {"role": "system", "content": "x-anthropic-billing-header: cc\nBe terse."},
+        {"role": "system", "content": "x-anthropic-billing-header: cc"},
+        {"role": "tool", "content": "x", "tool_call_id": "a"},
+        {"role": "assistant", "content": "x", "tool_calls": []},
+        {"role": "user", "content": "x", "name": 3},
+        {"role": "user", "content": "x", "task": "t"},
+        {"role": "user", "content": _Str("x")},
+        OrderedDict(role="user", content="x"),
+    ],
+    ids=range(8),
+)
+def test_a_message_that_is_not_plain_takes_the_general_parse(msg):
+    assert not _assert_parse_same(msg)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_message_parse_matches_the_general_parse_near_the_boundary(data):
+    msg = data.draw(plain_message())
+    if data.draw(st.booleans()):  # one change near the boundary, as the validation property makes
+        msg = _changed(data.draw, msg)
+    event("plain path" if _assert_parse_same(msg) else "general parse")
