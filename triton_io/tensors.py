@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import struct
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
@@ -111,10 +112,25 @@ def get_ids(request: Any, name: str) -> list[int] | None:
 
 def tensor(name: str, value: Any, dtype: Any) -> Any:
     """An output tensor with a leading batch dimension of 1."""
-    if hasattr(value, "detach"):  # a torch tensor, possibly on the GPU
-        value = value.detach().cpu().numpy()
-    arr = np.asarray(value, dtype=dtype)
+    # Lists and arrays first: hasattr on them raises and catches an AttributeError per call.
+    if type(value) is np.ndarray:
+        arr = value if value.dtype == dtype else value.astype(dtype)
+    elif type(value) is list and dtype is np.int32 and len(value) > 8:
+        arr = int32_array(value)
+    else:
+        if type(value) not in (list, tuple) and hasattr(value, "detach"):  # a torch tensor, maybe on the GPU
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value, dtype=dtype)
     return pb_utils.Tensor(name, arr[np.newaxis, ...])
+
+
+def int32_array(values: list[int]) -> np.ndarray:
+    """A list of ints (token ids) as an INT32 array: packed by ``struct``, about twice as fast as
+    numpy's element-by-element conversion; numpy's words for a value INT32 cannot hold."""
+    try:
+        return np.frombuffer(struct.pack(f"{len(values)}i", *values), dtype=np.int32)
+    except struct.error:
+        return np.asarray(values, dtype=np.int32)
 
 
 class StageOutputs:
@@ -129,6 +145,11 @@ class StageOutputs:
         if spec.dtype == "TYPE_STRING":
             return bytes_tensor(name, value)
         return tensor(name, value, spec.np_dtype)
+
+    def empty(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """An empty array of the output's dtype, without the batch dimension: for an output most
+        responses leave empty, made once."""
+        return np.zeros(shape, dtype=self.specs[name].np_dtype)
 
     def all(self, values: Mapping[str, Any]) -> list[Any]:
         return [self(name, value) for name, value in values.items()]
@@ -154,8 +175,11 @@ def output_tensors(tensors: Mapping[str, np.ndarray]) -> list[Any]:
     return [pb_utils.Tensor(name, np.ascontiguousarray(arr)[np.newaxis, ...]) for name, arr in tensors.items()]
 
 
-def bytes_tensor(name: str, items: Sequence[str | bytes]) -> Any:
-    arr = np.array([s.encode() if isinstance(s, str) else s for s in items], dtype=np.object_)
+def bytes_tensor(name: str, items: Sequence[str | bytes] | np.ndarray) -> Any:
+    if type(items) is np.ndarray and items.dtype == np.object_ and not items.size:
+        arr = items  # an empty output made once (StageOutputs.empty)
+    else:
+        arr = np.array([s.encode() if isinstance(s, str) else s for s in items], dtype=np.object_)
     return pb_utils.Tensor(name, arr[np.newaxis, ...])
 
 

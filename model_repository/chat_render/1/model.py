@@ -15,6 +15,10 @@ from triton_io import tensors as io
 
 # Every output typed as renderer/stage_tensors.py declares it.
 OUT = io.StageOutputs("chat_render")
+# A text model's media outputs are always empty: made once.
+NO_PLACEHOLDERS = OUT.empty("mm_placeholders", (0, 2))
+NO_HASHES = OUT.empty("mm_hashes", (0,))
+APPLIED = np.ones(1, dtype=bool)
 
 
 class TritonPythonModel:
@@ -42,7 +46,7 @@ class TritonPythonModel:
         out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))
         tensors = [
             OUT("prompt", [out.rendered.prompt]),
-            OUT("chat_template_applied", [True]),
+            OUT("chat_template_applied", APPLIED),
             OUT("output_parsing", [out.rendered.output_parsing.to_json()]),
         ]
         if self.stage.multimodal:
@@ -55,8 +59,8 @@ class TritonPythonModel:
         else:
             # A text model's render_chat answers with these directly: no media, so both empty.
             tensors += [
-                OUT("mm_placeholders", np.zeros((0, 2))),
-                OUT("mm_hashes", []),
+                OUT("mm_placeholders", NO_PLACEHOLDERS),
+                OUT("mm_hashes", NO_HASHES),
             ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 

@@ -13,6 +13,9 @@ from triton_io import tensors as io
 
 # Every output typed as renderer/stage_tensors.py declares it.
 OUT = io.StageOutputs("tokenize")
+# The outputs most requests leave empty, made once (an output is only read, never written).
+NO_OFFSETS = OUT.empty("token_offsets", (0, 2))
+NO_EMBEDS = OUT.empty("input_embeds", (0, 0))
 
 
 class TritonPythonModel:
@@ -57,10 +60,10 @@ class TritonPythonModel:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
         ids = res.prompt_token_ids
-        offsets = np.asarray(res.token_offsets or [], dtype=np.int64).reshape(-1, 2)
+        offsets = np.asarray(res.token_offsets, dtype=np.int32).reshape(-1, 2) if res.token_offsets else NO_OFFSETS
         # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
         # model dtype, so the llm sees exactly what vLLM would.
-        embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else np.zeros((0, 0))
+        embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else NO_EMBEDS
         n_tokens = len(embeds) if res.prompt_embeds is not None else len(ids)
         return pb_utils.InferenceResponse(
             output_tensors=[
