@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "loadavg_at_start": os.getloadavg(),
         "seconds_per_step": a.seconds,
-        "instances": {"chat_render": s.chat_render_instances, "tokenize": s.tokenize_instances},
+        "instances": {"chat_render": s.resolved_chat_render_instances, "tokenize": s.resolved_tokenize_instances},
         "rows": rows,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -128,17 +128,18 @@ class Plan:
             EXTRA_INPUTS,
             8,
             [
+                # Instance counts 0: sized to the machine's CPUs, as by default.
                 {
-                    "tokenize_instances": 2,
-                    "chat_render_instances": 3,
+                    "tokenize_instances": 0,
+                    "chat_render_instances": 0,
                     "max_queue_delay_us": 0,
                     "tokenizer_backend": "huggingface",
                 },
                 {"tokenize_instances": 1, "chat_render_instances": 1, "max_queue_delay_us": 0},
                 {"tokenize_instances": 2, "chat_render_instances": 2, "max_queue_delay_us": 0},
-                {"tokenize_instances": 3, "chat_render_instances": 3, "max_queue_delay_us": 0},
-                {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 200},
-                {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 1000},
+                {"tokenize_instances": 2, "chat_render_instances": 3, "max_queue_delay_us": 0},  # the old fixed default
+                {"tokenize_instances": 0, "chat_render_instances": 0, "max_queue_delay_us": 200},
+                {"tokenize_instances": 0, "chat_render_instances": 0, "max_queue_delay_us": 1000},
             ],
             8,
             [1, 8, 16],
@@ -530,6 +531,9 @@ def run(plan: Plan) -> dict[str, Any]:
         for k, v in dataclasses.asdict(settings).items()
         if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_verbose")
     }
+    # The instance counts the server ran with (0 in the settings: sized to this machine's CPUs).
+    res["settings"]["tokenize_instances"] = settings.resolved_tokenize_instances
+    res["settings"]["chat_render_instances"] = settings.resolved_chat_render_instances
 
     # 1-2. our server, default settings
     log(f"starting our server ({settings.models}) on {HTTP_PORT}/{GRPC_PORT}/{METRICS_PORT}")
@@ -584,14 +588,20 @@ def run(plan: Plan) -> dict[str, Any]:
     # 3. scaling
     for cfg in plan.scaling:
         s = server_settings(models="render_completion,render_chat", **cfg)
-        log(f"restarting our server with {cfg}")
+        # The counts it ran with (0: sized to the CPUs).
+        ran = {
+            **cfg,
+            "tokenize_instances": s.resolved_tokenize_instances,
+            "chat_render_instances": s.resolved_chat_render_instances,
+        }
+        log(f"restarting our server with {ran}")
         if launch.start(s) != 0:
-            res["scaling"].append({**cfg, "error": "server did not start"})
+            res["scaling"].append({**ran, "error": "server did not start"})
             continue
         try:
             for model, name in MAIN_INPUTS.items():
                 row = pa_row(model, "grpc", name, plan.scaling_concurrency, plan.quick)
-                res["scaling"].append({**cfg, **row})
+                res["scaling"].append({**ran, **row})
         finally:
             launch.stop(s)
 

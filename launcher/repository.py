@@ -26,8 +26,8 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
     return {
         "model_dir": str(s.resolved_model_dir),
         "encdec_model_dir": str(s.resolved_encdec_model_dir),
-        "tokenize_instances": str(s.tokenize_instances),
-        "chat_render_instances": str(s.chat_render_instances),
+        "tokenize_instances": str(s.resolved_tokenize_instances),
+        "chat_render_instances": str(s.resolved_chat_render_instances),
         "llm_instances": str(s.llm_instances),
         "engine_model": engine_model_name(s),
         "vllm_env": str(Path(s.vllm_env).resolve()),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -27,6 +28,34 @@ TEMPLATES = ROOT / "model_repository"
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
+
+
+def usable_cpus(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a pod's CPU
+    limit, which the affinity does not show)."""
+    n = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cgroup_cpu_max.read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return n
+
+
+def default_instances(share: float, least: int, cpus: int | None = None) -> int:
+    """Instances of a stage that does ``share`` of a request's CPU work, so that together they can
+    use that share of the ``cpus`` (each Python stub runs on one core at a time): at least ``least``.
+    More instances than that add no capacity and cost latency: each serves a smaller share of the
+    requests with colder caches, and they contend for the same cores (docs/PERFORMANCE.md)."""
+    return max(least, math.ceil(share * (usable_cpus() if cpus is None else cpus)))
+
+
+# Each stage's share of a request's CPU (benchmarks/cpu_cost.py, docs/PERFORMANCE.md "Sizing"):
+# chat_render about 0.41 of a chat's; tokenize about 0.46 of a completion's. Two tokenize
+# instances at least: one cannot encode a batch while Triton hands it the next, which cost
+# render_completion 15-25% of its throughput at concurrency 16 on two cores.
+CHAT_RENDER_SHARE, TOKENIZE_SHARE = 0.41, 0.46
 
 
 @dataclass(frozen=True)
@@ -73,11 +102,12 @@ class Settings:
     """The OpenAI- and vLLM-compatible HTTP front (``openai_front``); 0 turns it off."""
     served_model_name: str = ""
     """The model id the HTTP front serves (``/v1/models``); empty: the model folder's name."""
-    tokenize_instances: int = 2
-    """CPU instances of ``tokenize``."""
-    chat_render_instances: int = 3
-    """CPU instances of ``chat_render``: one more than ``tokenize``, whose per-request work is
-    lighter; measured in ``make bench`` (docs/PERFORMANCE.md, scaling table)."""
+    tokenize_instances: int = 0
+    """CPU instances of ``tokenize``; 0: sized to the CPUs this process may use
+    (``resolved_tokenize_instances``)."""
+    chat_render_instances: int = 0
+    """CPU instances of ``chat_render``; 0: sized to the CPUs this process may use
+    (``resolved_chat_render_instances``)."""
     llm_instances: int = 1
     """Instances of the downstream ``llm``."""
     llm_engine: str = "standin"
@@ -180,6 +210,20 @@ class Settings:
         """The offline tokenizer folders the tiny vision-language models are built on: inside
         ``models_dir``, so a ``MODELS_DIR`` anywhere holds everything built for it."""
         return Path(self.models_dir) / "tokenizers"
+
+    @property
+    def resolved_tokenize_instances(self) -> int:
+        """``tokenize_instances``, or when 0 its share of the CPUs (2 on two cores, 8 on sixteen)."""
+        return self.tokenize_instances or default_instances(TOKENIZE_SHARE, least=2)
+
+    @property
+    def resolved_chat_render_instances(self) -> int:
+        """``chat_render_instances``, or when 0 its share of the CPUs (1 on two cores, 7 on
+        sixteen: on two cores one instance served chats 12-37% faster than three,
+        docs/PERFORMANCE.md); at least 2 with request templates trusted, so that one request's
+        template rendering up to its deadline cannot stall every chat."""
+        least = 2 if self.trust_request_chat_template else 1
+        return self.chat_render_instances or default_instances(CHAT_RENDER_SHARE, least=least)
 
     @property
     def resolved_model_dir(self) -> Path:

@@ -70,6 +70,37 @@ def test_settings_from_environment(monkeypatch):
     assert (s.http_port, s.enable_prompt_embeds, s.model_dir) == (9100, True, "/models/x")
 
 
+def test_instance_counts_follow_the_usable_cpus(monkeypatch):
+    from launcher import settings as settings_mod
+
+    # Two cores (this machine's kind): one chat_render, two tokenize; sixteen: 7 and 8.
+    assert settings_mod.default_instances(settings_mod.CHAT_RENDER_SHARE, least=1, cpus=2) == 1
+    assert settings_mod.default_instances(settings_mod.TOKENIZE_SHARE, least=2, cpus=2) == 2
+    assert settings_mod.default_instances(settings_mod.CHAT_RENDER_SHARE, least=1, cpus=16) == 7
+    assert settings_mod.default_instances(settings_mod.TOKENIZE_SHARE, least=2, cpus=16) == 8
+    # The settings resolve to them when not set; with request templates trusted chat_render has two
+    # instances at least, so that one slow template cannot stall every chat.
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
+    s = launch.Settings()
+    assert (s.resolved_chat_render_instances, s.resolved_tokenize_instances) == (1, 2)
+    assert replace(s, trust_request_chat_template=True).resolved_chat_render_instances == 2
+    # The environment decides when set.
+    monkeypatch.setenv("CHAT_RENDER_INSTANCES", "5")
+    assert launch.Settings.from_env().resolved_chat_render_instances == 5
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"), [("max 100000", 64), ("400000 100000", 4), ("150000 100000", 2), ("50000 100000", 1)]
+)
+def test_usable_cpus_are_capped_by_the_cgroup_quota(tmp_path, monkeypatch, cpu_max, expected):
+    from launcher.settings import usable_cpus
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(64)))
+    (tmp_path / "cpu.max").write_text(cpu_max + "\n")
+    assert usable_cpus(tmp_path / "cpu.max") == expected
+    assert usable_cpus(tmp_path / "absent") == 64  # no cgroup v2 quota: the affinity
+
+
 def test_model_dir_without_config_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="holds no config.json"):
         launch.prepare(replace(launch.Settings(), model_dir=str(tmp_path), build_dir=str(tmp_path / "b")))
