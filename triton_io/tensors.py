@@ -163,6 +163,13 @@ class StageOutputs:
         return pb_utils.Tensor(name, np.asarray(value, dtype=spec.np_dtype))
 
 
+def requested(request: Any) -> frozenset[str]:
+    """The outputs Triton asks of ``request``: an ensemble step is asked for those its
+    ``output_map`` names, a direct request naming none for all. A stage builds only these (the
+    backend drops the others after they were made and copied into shared memory)."""
+    return frozenset(request.requested_output_names())
+
+
 def handed_on(request: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     """The inputs among ``names`` that the request carries, as they came (batch dimension removed),
     for a step that passes them to the next one (``renderer.engine_tensors.CHAINED_INPUTS``)."""

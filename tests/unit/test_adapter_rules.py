@@ -374,3 +374,29 @@ def test_media_items_cross_to_mm_process_as_metadata_and_data_in_step() -> None:
     with pytest.raises(InvalidMessagesError, match=r"^mm_data has 2 elements for 3 mm_items entries\.$"):
         items_from_wire(metas, data[:2])
     assert items_from_wire(None, None) == []
+
+
+def test_stages_build_only_the_outputs_they_are_asked_for(tmp_path):
+    """tokenize and chat_render make only the outputs a request asks for (an ensemble step is
+    asked for those its output_map names: the generation ensembles read two of tokenize's six),
+    and all of them for a request that names none."""
+    from tests.support import fake_triton
+
+    with fake_triton.rendered_repository(tmp_path) as repo:
+        prompt = [fake_triton.Tensor("prompt", np.array([[b"Hello world"]], dtype=object))]
+
+        def tokenize(asked: list[str] | None) -> list[str]:
+            # As Triton sends it: a request naming no output is asked for all (repo.call fills
+            # them in), and every response is checked against the config.
+            (response,) = repo.call("tokenize", fake_triton.Request(prompt, requested_output_names=asked))
+            return sorted(t.name() for t in response.output_tensors())
+
+        assert tokenize(["input_ids", "input_lengths"]) == ["input_ids", "input_lengths"]
+        every = ["input_embeds", "input_ids", "input_lengths", "length_limit", "rendered_prompt", "token_offsets"]
+        assert tokenize(None) == every
+        messages = np.array([[b'[{"role": "user", "content": "Hi"}]']], dtype=object)
+        request = fake_triton.Request(
+            [fake_triton.Tensor("messages", messages)], requested_output_names=["prompt", "chat_template_applied"]
+        )
+        (response,) = repo.call("chat_render", request)
+        assert sorted(t.name() for t in response.output_tensors()) == ["chat_template_applied", "prompt"]

@@ -44,11 +44,10 @@ class TritonPythonModel:
 
     def _one(self, request: Any) -> Any:
         out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))
-        tensors = [
-            OUT("prompt", [out.rendered.prompt]),
-            OUT("chat_template_applied", APPLIED),
-            OUT("output_parsing", [out.rendered.output_parsing.to_json()]),
-        ]
+        wanted = io.requested(request)  # render_chat never reads output_parsing, chat never mm_hashes
+        tensors = [OUT("prompt", [out.rendered.prompt]), OUT("chat_template_applied", APPLIED)]
+        if "output_parsing" in wanted:
+            tensors.append(OUT("output_parsing", [out.rendered.output_parsing.to_json()]))
         if self.stage.multimodal:
             items, data = out.mm_wire()
             tensors += [
@@ -58,10 +57,10 @@ class TritonPythonModel:
             ]
         else:
             # A text model's render_chat answers with these directly: no media, so both empty.
-            tensors += [
-                OUT("mm_placeholders", NO_PLACEHOLDERS),
-                OUT("mm_hashes", NO_HASHES),
-            ]
+            if "mm_placeholders" in wanted:
+                tensors.append(OUT("mm_placeholders", NO_PLACEHOLDERS))
+            if "mm_hashes" in wanted:
+                tensors.append(OUT("mm_hashes", NO_HASHES))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list) -> list:

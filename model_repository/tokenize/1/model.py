@@ -54,24 +54,28 @@ class TritonPythonModel:
     def execute(self, requests: list) -> list:
         prompts, params = io.parse_each(requests, self._parse)
         results = self.renderer.render_batch(prompts, params)
-        return [self._respond(res, p) for res, p in zip(results, params)]
+        return [self._respond(r, res, p) for r, res, p in zip(requests, results, params)]
 
-    def _respond(self, res: Any, params: Any) -> Any:
+    def _respond(self, request: Any, res: Any, params: Any) -> Any:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
         ids = res.prompt_token_ids
-        offsets = np.asarray(res.token_offsets, dtype=np.int32).reshape(-1, 2) if res.token_offsets else NO_OFFSETS
         # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
         # model dtype, so the llm sees exactly what vLLM would.
         embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else NO_EMBEDS
         n_tokens = len(embeds) if res.prompt_embeds is not None else len(ids)
-        return pb_utils.InferenceResponse(
-            output_tensors=[
-                OUT("input_ids", ids),
-                OUT("input_lengths", [n_tokens]),
-                OUT("token_offsets", offsets),
-                OUT("rendered_prompt", [res.prompt or ""]),
-                OUT("input_embeds", embeds),
-                OUT("length_limit", params.length_limit.values()),
-            ]
-        )
+        tensors = [OUT("input_ids", ids), OUT("input_lengths", [n_tokens])]
+        # The generation ensembles read only the two above; the render ensembles the rest.
+        wanted = io.requested(request)
+        if "token_offsets" in wanted:
+            offsets = res.token_offsets
+            tensors.append(
+                OUT("token_offsets", np.asarray(offsets, dtype=np.int32).reshape(-1, 2) if offsets else NO_OFFSETS)
+            )
+        if "rendered_prompt" in wanted:
+            tensors.append(OUT("rendered_prompt", [res.prompt or ""]))
+        if "input_embeds" in wanted:
+            tensors.append(OUT("input_embeds", embeds))
+        if "length_limit" in wanted:
+            tensors.append(OUT("length_limit", params.length_limit.values()))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
