@@ -4,12 +4,13 @@ and ``document`` (the whole, written together)."""
 
 from benchmarks.report.charts import charts
 from benchmarks.report.document import HAND_WRITTEN, markdown, scrub_paths, write_all
-from benchmarks.report.sections import gpu_section, mm_section, targets, targets_round2
+from benchmarks.report.sections import chat_speed_targets, gpu_section, mm_section, targets, targets_round2
 from benchmarks.report.summary import engine_summary, head_to_head_summary, ids_summary, summarize
 
 __all__ = [
     "HAND_WRITTEN",
     "charts",
+    "chat_speed_targets",
     "engine_summary",
     "gpu_section",
     "head_to_head_summary",

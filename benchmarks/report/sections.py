@@ -135,6 +135,107 @@ def targets_round2(s: dict[str, Any]) -> list[str]:
     ]
 
 
+def _loadgen_p50(rows: list[dict[str, Any]], inputs: str, concurrency: int) -> float | None:
+    """The p50 of the load generator's row for ``inputs`` at ``concurrency``, if it ran."""
+    for r in rows:
+        if (r.get("inputs") or r.get("input")) == inputs and r.get("concurrency") == concurrency and "p50_ms" in r:
+            return r["p50_ms"]
+    return None
+
+
+def _all_known(*oks: bool | None) -> bool | None:
+    """Met where every measurement that ran says so; None where none ran."""
+    known = [ok for ok in oks if ok is not None]
+    return all(known) if known else None
+
+
+def chat_speed_targets(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """Issue 26's targets (chat rendering ahead of every vLLM configuration), each judged from this
+    run's own figures: the head-to-head (perf_analyzer, all servers up, alternating rounds) and the
+    Python load generator; images from ``bench_mm``."""
+
+    def verdict(ok: bool | None) -> str:
+        return "n/a (not measured)" if ok is None else ("met" if ok else "**not met**")
+
+    def at_most(v: float | None, goal: float) -> bool | None:
+        return None if v is None else v <= goal
+
+    def at_least(v: float | None, goal: float) -> bool | None:
+        return None if v is None else v >= goal
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or not b else round(a / b, 3)
+
+    h2h = s.get("p50_ms_c1_interleaved") or {}
+    p50 = {who: ((h2h.get(who) or {}).get("render_chat") or {}).get("p50_ms") for who in h2h}
+    lg_ours = _loadgen_p50(res.get("loadgen") or [], "chat_mix", 1)
+    lg_fk = _loadgen_p50((res.get("peer_fastokens") or {}).get("loadgen") or [], "chat_mix", 1)
+    lg_floor = _loadgen_p50([r for r in res.get("floor") or [] if "loadgen" in r.get("driver", "")], "chat_mix", 1)
+    r_pa, r_lg = ratio(p50.get("ours"), p50.get("peer_fastokens")), ratio(lg_ours, lg_fk)
+    rows = [
+        [
+            "1. render_chat p50 at c=1 <= 1.0x vLLM's render server on fastokens (chat_mix)",
+            f"{_f(p50.get('ours'), 2)} vs {_f(p50.get('peer_fastokens'), 2)} ms: {_f(r_pa, 2)}x "
+            f"(floor {_f(p50.get('floor'), 2)} ms)",
+            f"{_f(lg_ours, 2)} vs {_f(lg_fk, 2)} ms: {_f(r_lg, 2)}x (floor {_f(lg_floor, 2)} ms)",
+            verdict(_all_known(at_most(r_pa, 1.0), at_most(r_lg, 1.0))),
+        ]
+    ]
+    for label, key, key_lg, goal in (
+        (
+            "2. render_chat throughput >= 3x vLLM's render server",
+            "render_chat_vs_vllm_interleaved",
+            "render_chat_vs_vllm_loadgen",
+            3.0,
+        ),
+        (
+            "2. render_chat throughput >= 2.5x vLLM's render server on fastokens",
+            "render_chat_vs_vllm_fastokens_interleaved",
+            None,
+            2.5,
+        ),
+        (
+            "2. render_chat throughput >= 0.6 of the Triton floor",
+            "render_chat_vs_floor",
+            "render_chat_vs_floor_loadgen",
+            0.6,
+        ),
+        (
+            "3. render_completion throughput >= 4x vLLM's render server",
+            "render_completion_vs_vllm_interleaved",
+            "render_completion_vs_vllm_loadgen",
+            4.0,
+        ),
+        (
+            "3. render_completion throughput >= 0.8 of the Triton floor",
+            "render_completion_vs_floor",
+            "render_completion_vs_floor_loadgen",
+            0.8,
+        ),
+    ):
+        v, vl = s.get(key), s.get(key_lg) if key_lg else None
+        rows.append([label, _f(v, 2), _f(vl, 2), verdict(_all_known(at_least(v, goal), at_least(vl, goal)))])
+    hit = s.get("mm_hit_served_vs_inprocess")
+    rows.append(
+        [
+            "4. image cache hit through render_chat <= 3x in-process (worst image)",
+            _f(hit, 2),
+            "-",
+            verdict(at_most(hit, 3.0)),
+        ]
+    )
+    return [
+        "## Issue 26's targets (chat speed)\n",
+        "A target is met only where every measurement of it that ran says so. perf_analyzer column: the "
+        "head-to-head's medians (latency at c=1, and throughput ratios of best against best) where it "
+        "ran, the sweeps for the floor ratios; the load generator (`benchmarks/loadgen.py`, keep-alive "
+        "JSON over HTTP, its own CPU on the same cores) beside it. Target 5 (nothing changes in what "
+        'comes out) is "Same ids" below and the test suite.\n',
+        _table(["target", "perf_analyzer / bench_mm", "Python load generator", "this run"], rows),
+        "",
+    ]
+
+
 def mm_section(res: dict[str, Any]) -> list[str]:
     """Images: in process against served through ``render_chat`` (``benchmarks.bench_mm``)."""
     mm = res.get("mm")
