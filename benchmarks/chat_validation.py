@@ -13,7 +13,8 @@ With the fast path present, each round times it and the full path (the fast path
 back to back, so the ratio is taken under the same machine load; medians over the rounds. Each
 round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
 on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (issue 26,
-lever 3; rows ``stage.engine``).
+lever 3; rows ``stage.engine``), and with the plain-message parse (``messages.plain_message``)
+against the general parse of every message, back to back (rows ``stage.parse``).
 
     .venv/bin/python -m benchmarks.chat_validation [--model build/models/smollm2-135m-instruct] [--rounds 9]
 """
@@ -68,6 +69,7 @@ def _per_call_us(fn: Callable[[dict[str, Any]], Any], reqs: list[dict[str, Any]]
 def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     from benchmarks.make_inputs import load
     from renderer.chat import ChatParams, ChatRenderer
+    from renderer.chat import messages as messages_mod
     from renderer.chat import request as request_mod
     from renderer.chat_stage import ChatStage
 
@@ -110,6 +112,12 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
             for mode, st in (("auto", stage), ("jinja2", jinja_stage)):
                 fn = lambda r, st=st: st.render(r["raw_messages"], r["bag"])  # noqa: E731
                 samples.setdefault((name, "stage.engine", mode), []).append(_per_call_us(fn, reqs, seconds))
+            plain = messages_mod.plain_message
+            for mode in ("plain", "general"):
+                # The general parse: the plain-message path switched off (looked up per message).
+                messages_mod.plain_message = (lambda *a: None) if mode == "general" else plain  # type: ignore[assignment]
+                samples.setdefault((name, "stage.parse", mode), []).append(_per_call_us(stage_render, reqs, seconds))
+            messages_mod.plain_message = plain  # type: ignore[assignment]
     if fast is not None:
         request_mod.fast_validate = fast  # type: ignore[attr-defined]
     rows = []
@@ -134,6 +142,8 @@ def main() -> None:
             ratio = f"{by_key[(r['set'], r['what'], 'full')] / r['median_us']:.2f}x"
         elif r["mode"] == "auto":
             ratio = f"{by_key[(r['set'], r['what'], 'jinja2')] / r['median_us']:.2f}x (jinja2/auto)"
+        elif r["mode"] == "plain":
+            ratio = f"{by_key[(r['set'], r['what'], 'general')] / r['median_us']:.2f}x (general/plain)"
         print(f"{r['set']:<10} {r['what']:<16} {r['mode']:<8} {r['median_us']:>14.1f}  {ratio}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
