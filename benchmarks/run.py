@@ -420,7 +420,7 @@ def describe(plan: Plan) -> list[str]:
         f"args {' '.join(pa.QUICK_ARGS if plan.quick else pa.STABLE_ARGS)}",
         f"inputs: benchmarks/inputs/*.json (regenerated from seed {make_inputs.SEED})",
         f"1. our server: tritonserver http {HTTP_PORT} grpc {GRPC_PORT} metrics {METRICS_PORT}, models {s.models}, "
-        f"tokenize_instances={s.tokenize_instances} chat_render_instances={s.chat_render_instances} "
+        f"tokenize_instances={s.resolved_tokenize_instances} chat_render_instances={s.resolved_chat_render_instances} "
         f"max_batch_size={s.max_batch_size} max_queue_delay_us={s.max_queue_delay_us} "
         f"tokenizer_backend={s.tokenizer_backend}; our ids for {len(ALL_INPUTS)} inputs",
     ]

@@ -105,7 +105,7 @@ def test_entrypoint_supervises_tritonserver_with_the_configmap_settings(containe
     assert f"--model-repository={settings.repository}".encode() in cmdline
     tokenize_cfg = (settings.repository / "tokenize" / "config.pbtxt").read_text()
     assert f"max_batch_size: {settings.max_batch_size}" in tokenize_cfg
-    assert f"count: {settings.tokenize_instances} kind: KIND_CPU" in tokenize_cfg
+    assert f"count: {settings.resolved_tokenize_instances} kind: KIND_CPU" in tokenize_cfg
 
 
 @pytest.mark.live
