@@ -12,9 +12,10 @@ then times a cold process (cache off) and a cache hit on each path. Figures go t
 (``--out``; ``$OUT/gpu_check.json`` on the device machine, so it comes back). Exit status: 0 when
 every check passed, 1 when one failed, 2 when there is no CUDA device (nothing was compared).
 
-It needs only what a GPU host with PyTorch has (torch, numpy, pillow, transformers; numba optional)
-and the tiny model folders, built beforehand where the project's venv is
-(``python -m model_builders.vlm_model``) and carried along: it builds nothing and imports no server code.
+It needs torch, numpy, pillow, transformers (numba optional), the renderer's own imports (pydantic and
+openai, through ``renderer.chat``; a device machine without them gets them as carried wheels, see
+docs/PERFORMANCE.md, "GPU") and the tiny model folders, built beforehand where the project's venv is
+(``python -m model_builders.vlm_model``) and carried along: it builds nothing and starts no server.
 
     python -m benchmarks.gpu_check [--models-dir build/models] [--out FILE] [--repeat 5]
     python -m benchmarks.gpu_check --device cpu:0     # the same torch code on the CPU (a rehearsal)

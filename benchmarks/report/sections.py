@@ -306,6 +306,15 @@ def overload_section(path: Path) -> list[str]:
     ]
 
 
+# The device image's python lacks two of the renderer's imports; they travel as wheels.
+_GPU_WHEELS = (
+    "That machine's python3 has torch, numpy, pillow, transformers and numba but not pydantic or openai "
+    "(`renderer.chat` imports both): their wheels and their own missing requirements (pydantic-core, "
+    "typing-inspection, annotated-types, httpx2, httpcore2, truststore, jiter, sniffio) travel in a carried "
+    "`.whl` folder, installed with `pip install --no-index --no-deps --target /tmp/site` on `PYTHONPATH`."
+)
+
+
 def gpu_section(path: Path) -> list[str]:
     """``make gpu-check``'s figures, when a GPU host ran it (``benchmarks/gpu_check.py``)."""
     out = ["## GPU: `mm_process` on a CUDA device against its CPU path\n"]
@@ -315,7 +324,8 @@ def gpu_section(path: Path) -> list[str]:
             "CUDA GPU writes `benchmarks/results/gpu_check.json`, which this section then reports. On a "
             "lent device machine: `python -m benchmarks.gpu_check --prepare .gpu-check` here (the tiny "
             "models' folders without weights, 28 MB), then `PYTHONPATH=. python3 -m benchmarks.gpu_check "
-            "--models-dir .gpu-check` there with `.gpu-check` carried; the JSON comes back in `$OUT`.\n"
+            "--models-dir .gpu-check` there with `.gpu-check` carried; the JSON comes back in `$OUT`. "
+            + _GPU_WHEELS + "\n"
         ]
     g = json.loads(path.read_text())
     env = g.get("environment", {})
@@ -338,7 +348,18 @@ def gpu_section(path: Path) -> list[str]:
         for r in g.get("timings", [])
     ]
     heads = ["family", "image", "CPU miss ms", "GPU miss ms", "speed-up", "CPU hit ms", "GPU hit ms"]
-    return out + [_table(heads, rows), ""]
+    return out + [
+        _table(heads, rows),
+        "",
+        "What runs on the device is the families' normalization and patching (`renderer/multimodal/kernels.py`, "
+        "the `*_torch` twins); decoding and resizing run on the CPU on both paths (the resize must match the HF "
+        "processor's PIL resize bit for bit), so a miss costs about the same either way and a hit is the cache's "
+        "lookup on both. Run on a lent device machine: `python -m benchmarks.gpu_check --prepare .gpu-check` "
+        "here, then `PYTHONPATH=. python3 -m benchmarks.gpu_check --models-dir .gpu-check` there with "
+        "`.gpu-check` carried. " + _GPU_WHEELS + " The image path through vLLM's CUDA engine "
+        "(`benchmarks/gpu_check_vllm_images.py`) needs `make engine-vllm-gpu`'s environment, which a device "
+        "machine without a registry cannot install; it was not run there.\n",
+    ]
 
 
 def head_to_head_section(s: dict[str, Any]) -> list[str]:

@@ -144,6 +144,7 @@ def test_report_sections_for_images_and_the_gpu_check(tmp_path: Path) -> None:
     assert "| qwen2_vl | 640x480 | 10.0 | 14.0 | 1.40 |" in mm
     missing = "\n".join(report.gpu_section(tmp_path / "none.json"))
     assert "Not measured yet" in missing and "make gpu-check" in missing
+    assert "pydantic" in missing, "the device machine's missing wheels are named where the run is described"
     g = {
         "passed": False,
         "tolerance_atol": 1e-5,
@@ -166,6 +167,7 @@ def test_report_sections_for_images_and_the_gpu_check(tmp_path: Path) -> None:
     assert (
         "NVIDIA H200" in text and "**a check failed**" in text and "| pixtral | big_4000x3000 | 300.0 | 30.0 |" in text
     )
+    assert "pydantic" in text and "gpu_check_vllm_images" in text
 
 
 def test_hand_written_sections_survive_a_regenerated_report(tmp_path: Path) -> None:
