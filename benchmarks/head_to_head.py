@@ -31,6 +31,12 @@ class Target:
     """``ours``, ``peer`` or ``peer_fastokens``: which bests and p50s the row counts towards."""
     measure: Measure
     """Runs one short measurement and returns a ``pa_row`` dict (``requests_per_s``, ``p50_ms`` or ``error``)."""
+    concurrencies: tuple[int, ...] = ()
+    """The cases' concurrency levels this target is measured at; empty: all of them (the load
+    generator's own CPU shares the cores, so it is not driven at every level perf_analyzer is)."""
+
+    def runs_at(self, concurrency: int) -> bool:
+        return not self.concurrencies or concurrency in self.concurrencies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +58,8 @@ def run(
         order = targets if rnd % 2 == 0 else targets[::-1]
         for case in cases:
             for t in order:
+                if not t.runs_at(case.concurrency):
+                    continue
                 row = t.measure(case.model, case.input_name, case.concurrency)
                 if row.get("error") or row.get("requests_per_s") is None:
                     # perf_analyzer's reason is its last line; the line before it is the command.
@@ -63,6 +71,8 @@ def run(
     rows = []
     for case in cases:
         for t in targets:
+            if not t.runs_at(case.concurrency):
+                continue
             got = samples.get((case.model, case.concurrency, t.name), [])
             rows.append(
                 {

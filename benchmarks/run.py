@@ -87,6 +87,8 @@ class Plan:
     peer_reason: str
     out_dir: Path
     docs: Path | None
+    h2h_loadgen_seconds: float = 1.5
+    """Measured seconds of each load generator run in the head-to-head (after its warm-up)."""
 
     @classmethod
     def make(cls, quick: bool, no_peer: bool, docs: str | None) -> "Plan":
@@ -120,6 +122,7 @@ class Plan:
                 reason,
                 out,
                 doc,
+                1.0,
             )
         return cls(
             False,
@@ -475,7 +478,10 @@ def describe(plan: Plan) -> list[str]:
             f"6. head-to-head: our server, the floor on {FLOOR_PORT}, vLLM on {PEER_PORT} and vLLM on "
             f"fastokens on {PEER_FASTOKENS_PORT} up at once; {plan.h2h_rounds} rounds alternating ours "
             "(grpc, http), the floor (grpc) and both peers, both "
-            f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; medians"
+            f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; and each "
+            f"of the four driven by the Python load generator at concurrency "
+            f"{[c for c in plan.h2h_concurrency if c in {1, *plan.loadgen_concurrency}]}, "
+            f"{plan.h2h_loadgen_seconds}s a run; medians"
         )
         lines.append(
             "7. chat on vLLM's engine (LLM_ENGINE=vllm) vs vllm serve alone, same model and requests, each "
@@ -802,12 +808,50 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
                 label="head-to-head, floor grpc",
             )
 
+        def by_loadgen(target: str, url: str, label: str, check_ids: bool = True) -> h2h.Measure:
+            """The Python load generator (keep-alive JSON over HTTP) as a client would drive each server."""
+
+            def measure(model: str, name: str, c: int) -> dict[str, Any]:
+                row = loadgen_row(
+                    target, url, name, c, plan.h2h_loadgen_seconds, check_ids=check_ids, label=f"head-to-head, {label}"
+                )
+                if row.get("errors") or row.get("mismatched"):
+                    # A wrong answer is no speed: out of the medians, into the run's errors.
+                    return {
+                        "error": f"{row.get('errors')} errors, {row.get('mismatched')} ids mismatched: "
+                        f"{(row.get('first_errors') or [''])[0]}"
+                    }
+                return row
+
+            return measure
+
+        # c=1 for the latency target, and the load generator's own throughput levels the rounds include.
+        lg_levels = tuple(c for c in plan.h2h_concurrency if c in {1, *plan.loadgen_concurrency})
         targets = [
             h2h.Target("ours grpc", "ours", ours("grpc")),
             h2h.Target("ours http", "ours", ours("http")),
             h2h.Target("floor grpc", "floor", floor),
         ]
         targets += [h2h.Target(name, side, theirs(p, name)) for name, side, p in peers]
+        targets += [
+            h2h.Target(
+                "ours loadgen",
+                "ours_loadgen",
+                by_loadgen("triton", f"127.0.0.1:{s.http_port}", "ours loadgen"),
+                lg_levels,
+            ),
+            # The floor's stand-ins answer placeholder ids: only the status is checked there.
+            h2h.Target(
+                "floor loadgen",
+                "floor_loadgen",
+                by_loadgen("triton", f"127.0.0.1:{fs.http_port}", "floor loadgen", check_ids=False),
+                lg_levels,
+            ),
+        ]
+        targets += [
+            h2h.Target(f"{name} loadgen", f"{side}_loadgen", by_loadgen("peer", p.url, f"{name} loadgen"), lg_levels)
+            for name, side, p in peers
+        ]
         cases = [h2h.Case(model, name, c) for model, name in MAIN_INPUTS.items() for c in plan.h2h_concurrency]
         out = h2h.run(targets, cases, plan.h2h_rounds, progress=log)
         out["window"] = pa.ROUND_ARGS

@@ -110,3 +110,43 @@ def test_a_target_is_met_only_if_both_measurements_say_so() -> None:
     assert "throughput >= 3x vLLM's render server | 3.50 | 2.60 | **not met**" in _targets_table(3.5, 2.6)
     # Without a head-to-head the sequential sweeps alone decide.
     assert "throughput >= 3x vLLM's render server | 3.50 | - | met" in _targets_table(3.5, None)
+
+
+def test_a_target_is_measured_only_at_its_own_concurrency_levels() -> None:
+    """The load generator joins the rounds at its levels only: no measurement and no empty row at the others."""
+    log, targets, cases = _script()
+    lg = {("render_chat", 1): [300.0, 320.0, 310.0]}
+    targets.append(h2h.Target("ours loadgen", "ours_loadgen", _measure(log, "ours loadgen", lg), (1,)))
+    out = h2h.run(targets, cases, rounds=3)
+    assert log.count("ours loadgen") == 3
+    lg_rows = [r for r in out["rows"] if r["target"] == "ours loadgen"]
+    assert [(r["concurrency"], r["requests_per_s"]) for r in lg_rows] == [(1, 310.0)]
+
+
+def test_each_driver_is_judged_against_itself() -> None:
+    """perf_analyzer's rows against perf_analyzer's, the load generator's against the load generator's;
+    the floor ratio by perf_analyzer is ours over gRPC against the floor's gRPC (the floor runs no HTTP row)."""
+
+    def row(target: str, side: str, c: int, rate: float, p50: float) -> dict[str, Any]:
+        return dict(_row("render_chat", side, c, rate, p50), target=target)
+
+    rows = [
+        row("ours grpc", "ours", 8, 1000, 6.0),
+        row("ours http", "ours", 8, 1300, 5.0),
+        row("floor grpc", "floor", 8, 2000, 3.0),
+        row("vllm", "peer", 8, 500, 15.0),
+        row("ours loadgen", "ours_loadgen", 1, 700, 1.4),
+        row("ours loadgen", "ours_loadgen", 8, 900, 8.0),
+        row("floor loadgen", "floor_loadgen", 8, 1800, 4.0),
+        row("vllm loadgen", "peer_loadgen", 8, 450, 17.0),
+        row("vllm fastokens loadgen", "peer_fastokens_loadgen", 1, 600, 1.6),
+    ]
+    s = report.head_to_head_summary(_res_with(rows))
+    assert s["render_chat_vs_vllm_interleaved"] == 2.6  # 1300 / 500: the load generator's rows left out
+    assert s["render_chat_vs_vllm_loadgen_interleaved"] == 2.0  # 900 / 450
+    assert s["render_chat_vs_floor_interleaved"] == 0.5  # ours grpc 1000 / floor grpc 2000
+    assert s["render_chat_vs_floor_loadgen_interleaved"] == 0.5  # 900 / 1800
+    p50 = s["p50_ms_c1_interleaved"]
+    assert p50["ours_loadgen"]["render_chat"]["p50_ms"] == 1.4
+    assert p50["peer_fastokens_loadgen"]["render_chat"]["p50_ms"] == 1.6
+    assert p50["ours"]["render_chat"] is None  # perf_analyzer ran no c=1 row here

@@ -119,6 +119,15 @@ def test_chat_speed_targets_are_judged_on_every_measurement_that_ran() -> None:
     assert row(report.chat_speed_targets(res, s), "2. render_chat throughput >= 3x").endswith("| met |")
     s["mm_hit_served_vs_inprocess"] = None
     assert row(report.chat_speed_targets(res, s), "4.").endswith("| n/a (not measured) |")
+    # The head-to-head's load generator rows, where they ran, stand before the sequential ones.
+    s["p50_ms_c1_interleaved"].update(
+        ours_loadgen={"render_chat": {"p50_ms": 1.8}}, peer_fastokens_loadgen={"render_chat": {"p50_ms": 1.5}}
+    )
+    s["p50_ms_c1_interleaved"]["ours"]["render_chat"]["p50_ms"] = 1.0
+    assert "1.80 vs 1.50 ms: 1.20x" in row(report.chat_speed_targets(res, s), "1.")
+    assert row(report.chat_speed_targets(res, s), "1.").endswith("| **not met** |")
+    s["render_chat_vs_vllm_loadgen_interleaved"] = 2.5
+    assert row(report.chat_speed_targets(res, s), "2. render_chat throughput >= 3x").endswith("| **not met** |")
 
 
 def test_committed_reports_name_no_machine_paths(tmp_path: Path) -> None:
