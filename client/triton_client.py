@@ -357,6 +357,7 @@ class RendererClient:
         # No triton_grpc_error header (see stream_error_kind): an error comes as its message.
         self._client.start_stream(callback=lambda result, error: q.put((result, error)))
         ended = False  # the server closed the request (final response or error)
+        last = _LastPiece(model)
         try:
             self._client.async_stream_infer(model, self._inputs(tensors), enable_empty_final_response=True)
             while True:
@@ -375,14 +376,17 @@ class RendererClient:
                 text = result.as_numpy("text_output")
                 if text is not None:
                     ids = result.as_numpy("output_ids")  # the TensorRT-LLM front returns text only
+                    finish = result.as_numpy("finish_reason")
+                    last.saw(finish is not None, _first_str(finish))
                     yield Generated(
                         text.reshape(-1)[0].decode(),
                         [] if ids is None else ids.reshape(-1).tolist(),
-                        _first_str(result.as_numpy("finish_reason")),
+                        _first_str(finish),
                         _parsed(_first_str(result.as_numpy("parsed_output"))),
                     )
                 if final:
                     ended = True
+                    last.check()
                     return
         finally:
             # A stream the server never ended (a timeout, a stub that died mid-generation, a
@@ -409,6 +413,7 @@ class RendererClient:
             resp = urllib.request.urlopen(req, timeout=self.timeout_s)  # noqa: S310 (always http://)
         except urllib.error.HTTPError as e:
             raise RequestError(str(e.code), _error_text(e.read())) from None
+        last = _LastPiece(model)
         with resp:
             for line in resp:
                 line = line.strip()
@@ -421,12 +426,43 @@ class RendererClient:
                     raise RequestError(None, event["error"])
                 ids = event.get("output_ids", [])
                 text = event.get("text_output", "")
+                last.saw("finish_reason" in event, _one(event.get("finish_reason", "")))
                 yield Generated(
                     _one(text),
                     ids if isinstance(ids, list) else [ids],
                     _one(event.get("finish_reason", "")),
                     _parsed(_one(event.get("parsed_output", ""))),
                 )
+        # The event stream closed: complete only if its last piece said why generation ended.
+        last.check()
+
+
+class _LastPiece:
+    """Whether a stream ended with its last piece. The generation ensembles put a finish_reason on
+    the last piece of every request; a stream the server closes before it (a stub that died
+    mid-generation, whose requests Triton ends when the model is reloaded) is cut short and must
+    not read as complete. Models without a finish_reason output (the TensorRT-LLM front) are not
+    checked."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.pieces = 0
+        self.has_field = False
+        self.finish = ""
+
+    def saw(self, has_field: bool, finish: str) -> None:
+        self.pieces += 1
+        self.has_field = self.has_field or has_field
+        self.finish = finish
+
+    def check(self) -> None:
+        if self.has_field and not self.finish:
+            raise RequestError(
+                None,
+                f"the stream from '{self.model}' ended after {self.pieces} response(s) without its last one "
+                "(none said why generation ended): the server ended it early",
+                kind="unavailable",
+            )
 
 
 def _one(value: Any) -> str:

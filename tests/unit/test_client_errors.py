@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
@@ -113,6 +114,34 @@ def test_sse_error_after_the_header_is_unknown_not_client() -> None:
     assert (e.kind, e.status, e.message) == ("unknown", "", "engine 'llm': boom") and not e.is_client_error
 
 
+def _http_stream(*events: dict[str, Any]) -> list[Any]:
+    with _serve(_sse(200, *events)) as url, RendererClient(url, "http", timeout_s=10) as c:
+        return list(c.generate("completion", prompt="hi", max_tokens=2, stream=True))
+
+
+def test_http_stream_closed_before_its_last_piece_is_an_error_not_a_finish() -> None:
+    """A stub that dies mid-generation: Triton may close the event stream when the model is
+    reloaded, with no error event. Pieces without a finish_reason and then the end are a stream
+    cut short, never a complete answer."""
+    piece = {"text_output": "Par", "output_ids": [7], "finish_reason": ""}
+    with pytest.raises(RequestError) as e:
+        _http_stream(piece, piece)
+    assert e.value.kind == "unavailable" and "ended after 2 response(s) without its last one" in e.value.message
+
+
+def test_http_stream_with_its_last_piece_is_complete() -> None:
+    pieces = _http_stream(
+        {"text_output": "Par", "output_ids": [7], "finish_reason": ""},
+        {"text_output": "is", "output_ids": [8], "finish_reason": ["length"]},
+    )
+    assert [(p.text, p.finish_reason) for p in pieces] == [("Par", ""), ("is", "length")]
+
+
+def test_http_stream_of_a_model_without_finish_reason_is_not_checked() -> None:
+    """The TensorRT-LLM front's ``ensemble`` answers ``text_output`` alone: nothing to check."""
+    assert [p.text for p in _http_stream({"text_output": "Paris"})] == ["Paris"]
+
+
 # --- gRPC stream against a stand-in for tritonclient's stream --------------------------------
 
 
@@ -178,6 +207,51 @@ def test_grpc_stream_the_server_never_ends_is_cancelled() -> None:
     assert fake.cancelled is True  # a plain stop_stream would wait for the dead stream forever
 
 
+class _Result:
+    """One streamed response as ``tritonclient.grpc`` hands it to the callback."""
+
+    def __init__(self, outputs: dict[str, Any], final: bool) -> None:
+        self.outputs, self.final = outputs, final
+
+    def get_response(self) -> Any:
+        flag = type("P", (), {"bool_param": self.final})()
+        return type("R", (), {"parameters": {"triton_final_response": flag}})()
+
+    def as_numpy(self, name: str) -> Any:
+        v = self.outputs.get(name)
+        return None if v is None else np.array([v.encode()] if isinstance(v, str) else v, dtype=object)
+
+
+class _FakeResults(_FakeStream):
+    """A stream that delivers ``results`` and then its final (empty) response."""
+
+    def __init__(self, results: list[_Result]) -> None:
+        super().__init__(None)
+        self.results = results
+
+    def async_stream_infer(self, *args: Any, **kwargs: Any) -> None:
+        assert self.callback is not None
+        for r in self.results:
+            self.callback(r, None)
+
+
+def _grpc_stream(results: list[_Result]) -> list[Any]:
+    c = RendererClient("127.0.0.1:1", "grpc", timeout_s=2)
+    c._client = _FakeResults(results)
+    return list(c.generate("completion", prompt="hi", max_tokens=2, stream=True))
+
+
+def test_grpc_stream_final_before_its_last_piece_is_an_error_not_a_finish() -> None:
+    piece = {"text_output": "Par", "output_ids": [7], "finish_reason": ""}
+    with pytest.raises(RequestError) as e:
+        _grpc_stream([_Result(piece, False), _Result({}, True)])
+    assert e.value.kind == "unavailable" and "without its last one" in e.value.message
+    last = {"text_output": "is", "output_ids": [8], "finish_reason": "length"}
+    pieces = _grpc_stream([_Result(piece, False), _Result(last, False), _Result({}, True)])
+    assert [p.finish_reason for p in pieces] == ["", "length"]
+    assert [p.text for p in _grpc_stream([_Result({"text_output": "Paris"}, True)])] == ["Paris"]
+
+
 @pytest.mark.parametrize(
     "message, kind",
     [
@@ -226,7 +300,6 @@ def test_stream_error_kind(message: str, kind: str) -> None:
 
 
 def test_http_generate_takes_a_batch_of_one() -> None:
-    import numpy as np
 
     c = RendererClient("127.0.0.1:1", "http", timeout_s=1)  # refused before anything is sent
     with pytest.raises(
