@@ -439,9 +439,9 @@ class RendererClient:
 
 class _LastPiece:
     """Whether a stream ended with its last piece. The generation ensembles put a finish_reason on
-    the last piece of every request; a stream the server closes before it (a stub that died
-    mid-generation, whose requests Triton ends when the model is reloaded) is cut short and must
-    not read as complete. Models without a finish_reason output (the TensorRT-LLM front) are not
+    the last piece of every request; a stream the server closes before it is cut short and must
+    not read as complete (seen in CI: a detokenize stub killed mid-stream, the HTTP event stream
+    closed after one piece of 600 with no error event). Models without a finish_reason output (the TensorRT-LLM front) are not
     checked."""
 
     def __init__(self, model: str) -> None:
