@@ -90,9 +90,13 @@ def run(
     return {"rounds": rounds, "rows": rows, "errors": errors}
 
 
-def best(rows: list[dict[str, Any]], model: str, side: str) -> dict[str, Any] | None:
-    """The row of ``side`` with the highest median throughput for ``model``."""
-    mine = [r for r in rows if r["model"] == model and r["side"] == side and r["requests_per_s"]]
+def best(rows: list[dict[str, Any]], model: str, side: str, target: str | None = None) -> dict[str, Any] | None:
+    """The row of ``side`` (of its ``target`` alone, if given) with the highest median throughput for ``model``."""
+    mine = [
+        r
+        for r in rows
+        if r["model"] == model and r["side"] == side and target in (None, r["target"]) and r["requests_per_s"]
+    ]
     return max(mine, key=lambda r: r["requests_per_s"]) if mine else None
 
 

@@ -426,11 +426,12 @@ class RendererClient:
                     raise RequestError(None, event["error"])
                 ids = event.get("output_ids", [])
                 text = event.get("text_output", "")
-                last.saw("finish_reason" in event, _one(event.get("finish_reason", "")))
+                finish = _one(event.get("finish_reason", ""))
+                last.saw("finish_reason" in event, finish)
                 yield Generated(
                     _one(text),
                     ids if isinstance(ids, list) else [ids],
-                    _one(event.get("finish_reason", "")),
+                    finish,
                     _parsed(_one(event.get("parsed_output", ""))),
                 )
         # The event stream closed: complete only if its last piece said why generation ended.
@@ -441,8 +442,8 @@ class _LastPiece:
     """Whether a stream ended with its last piece. The generation ensembles put a finish_reason on
     the last piece of every request; a stream the server closes before it is cut short and must
     not read as complete (seen in CI: a detokenize stub killed mid-stream, the HTTP event stream
-    closed after one piece of 600 with no error event). Models without a finish_reason output (the TensorRT-LLM front) are not
-    checked."""
+    closed after one piece of 600 with no error event). Models without a finish_reason output (the
+    TensorRT-LLM front) are not checked."""
 
     def __init__(self, model: str) -> None:
         self.model = model

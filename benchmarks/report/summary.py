@@ -240,21 +240,15 @@ def head_to_head_summary(res: dict[str, Any]) -> dict[str, Any]:
     p50: dict[str, Any] = {side + drv: {} for drv in ("", "_loadgen") for side in sides}
     for model in MODELS:
         key = model.removeprefix("render_")
-        # Each driver against itself: perf_analyzer's rows, then the load generator's (its sides end in _loadgen).
+        # Each driver against itself: perf_analyzer's rows, then the load generator's (sides ending in
+        # _loadgen). The floor runs perf_analyzer over gRPC only: ours over gRPC against it.
         for drv in ("", "_loadgen"):
-            ours = h2h.best(rows, model, "ours" + drv)
             for side, name in (("peer", "vs_vllm"), ("peer_fastokens", "vs_vllm_fastokens"), ("floor", "vs_floor")):
-                if side == "floor" and not drv:
-                    # The floor runs over gRPC only in the head-to-head: ours over gRPC against it.
-                    ours_grpc = [r for r in rows if r["model"] == model and r["target"] == "ours grpc"]
-                    mine = max(
-                        (r for r in ours_grpc if r["requests_per_s"]), key=lambda r: r["requests_per_s"], default=None
-                    )
-                else:
-                    mine = ours
+                grpc_only = "ours grpc" if side + drv == "floor" else None
+                ours = h2h.best(rows, model, "ours" + drv, target=grpc_only)
                 theirs = h2h.best(rows, model, side + drv)
                 out[f"render_{key}_{name}{drv}_interleaved"] = _ratio(
-                    mine and mine["requests_per_s"], theirs and theirs["requests_per_s"]
+                    ours and ours["requests_per_s"], theirs and theirs["requests_per_s"]
                 )
         for side in p50:
             r = h2h.p50_c1(rows, model, side)
