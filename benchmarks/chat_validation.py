@@ -7,10 +7,11 @@ Times ``validate_chat_request``, ``ChatRenderer.render_messages`` and ``ChatStag
 - ``short``: seeded chats of one to three turns (user; system + user; user, assistant, user), the
   plain chats the issue's served latency is measured on;
 - ``multiturn``: ``benchmarks/inputs/chat_multiturn.json`` (system + 1-6 rounds, plain strings);
-- ``tools``: ``benchmarks/inputs/chat_tools.json`` (tools, calls, results: never the fast path).
+- ``tools``: ``benchmarks/inputs/chat_tools.json`` (tools, calls, results: never the fast path,
+  but their few ``tools`` lists are validated once, ``renderer/chat/known_tools.py``).
 
-With the fast path present, each round times it and the full path (the fast path switched off)
-back to back, so the ratio is taken under the same machine load; medians over the rounds. Each
+With the fast path present, each round times it and the full path (the fast path and the known
+tool lists switched off) back to back, so the ratio is taken under the same machine load; medians over the rounds. Each
 round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
 on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (issue 26,
 lever 3; rows ``stage.engine``), and with the plain-message parse (``messages.plain_message``)
@@ -88,6 +89,7 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
             bag = r.get("chat_params") or {}
             r["bag"] = {**bag, "tool_choice": "none"} if bag.get("tools") else bag
     fast = getattr(request_mod, "fast_validate", None)
+    known = getattr(request_mod, "_validate_with_known_tools", None)
     modes = ["fast", "full"] if fast is not None else ["current"]
 
     def validate(r: dict[str, Any]) -> Any:
@@ -105,10 +107,14 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
         for name, reqs in sets.items():
             for what, fn in (("validate", validate), ("render_messages", render), ("stage.render", stage_render)):
                 for mode in modes:
-                    # The full path: the fast path switched off (validate_chat_request looks it up per call).
-                    request_mod.fast_validate = (lambda *a: None) if mode == "full" else fast  # type: ignore[attr-defined]
+                    # The full path: the fast path and the known tool lists switched off
+                    # (validate_chat_request looks both up per call).
+                    off = mode == "full"
+                    request_mod.fast_validate = (lambda *a: None) if off else fast  # type: ignore[attr-defined]
+                    request_mod._validate_with_known_tools = (lambda *a: None) if off else known  # type: ignore[attr-defined]
                     samples.setdefault((name, what, mode), []).append(_per_call_us(fn, reqs, seconds))
             request_mod.fast_validate = fast  # type: ignore[attr-defined]
+            request_mod._validate_with_known_tools = known  # type: ignore[attr-defined]
             for mode, st in (("auto", stage), ("jinja2", jinja_stage)):
                 fn = lambda r, st=st: st.render(r["raw_messages"], r["bag"])  # noqa: E731
                 samples.setdefault((name, "stage.engine", mode), []).append(_per_call_us(fn, reqs, seconds))
@@ -120,6 +126,7 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
             messages_mod.plain_message = plain  # type: ignore[assignment]
     if fast is not None:
         request_mod.fast_validate = fast  # type: ignore[attr-defined]
+        request_mod._validate_with_known_tools = known  # type: ignore[attr-defined]
     rows = []
     for (name, what, mode), values in samples.items():
         rows.append({"set": name, "what": what, "mode": mode, "median_us": round(statistics.median(values), 1)})

@@ -46,6 +46,7 @@ from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
 from .fast_request import fast_validate
+from .known_tools import KnownTools, tools_key
 from .tool_choice import UNSET, effective_tool_choice
 from ..json_fields import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
 
@@ -353,11 +354,57 @@ def validate_chat_request(
     ``RequestNestingError`` for input nested too deeply to walk (a 400, never a crash).
     """
     # Plain chats (string contents, known keys, no tools) come back rebuilt without pydantic, equal
-    # to what the full path returns (fast_request.py); everything else, errors included, goes there.
+    # to what the full path returns (fast_request.py); a tools list validated before is not
+    # validated again (known_tools.py); everything else, errors included, goes the full path.
     fast = fast_validate(messages, tools, documents, tool_choice)
     if fast is not None:
         return ValidatedChatRequest(fast[0], None, None, fast[1])
+    if tools is not None:
+        known = _validate_with_known_tools(messages, tools, documents, tool_choice)
+        if known is not None:
+            return known
     return _validate_full(messages, tools, documents, tool_choice)
+
+
+def _validate_tools_alone(tools: list[Any]) -> list[dict[str, Any]]:
+    # No message and tool_choice "none": nothing but the tools can fail or shape the result.
+    dumped = _validate_full([], tools, None, "none").tools
+    if dumped is None:  # cannot happen for the non-empty list sent; not kept if it did
+        raise ValueError("tools validated to None")
+    return dumped
+
+
+KNOWN_TOOLS = KnownTools(_validate_tools_alone)
+"""This process's validated tool lists (``known_tools.py``)."""
+
+# tool_choice values the request model takes as they are when tools are given (a named function
+# is rebuilt by pydantic and checked against the tools: the full path).
+_PLAIN_CHOICES = frozenset({"none", "auto", "required"})
+
+
+def _validate_with_known_tools(
+    messages: Any, tools: Any, documents: Any, tool_choice: Any
+) -> ValidatedChatRequest | None:
+    """The full validation's result for a request whose ``tools`` list validated before: the
+    messages and documents validated without it, the list from ``KNOWN_TOOLS``. The request model
+    validates each field on its own, and only ``tool_choice`` reads the tools. None when the list,
+    the ``tool_choice`` or anything else is not one this can prove equal, or anything is refused:
+    the full path then decides and words the errors."""
+    plain_choice = (
+        tool_choice is UNSET or tool_choice is None or type(tool_choice) is str and tool_choice in _PLAIN_CHOICES
+    )
+    key = tools_key(tools) if plain_choice else None
+    validated_tools = None if key is None else KNOWN_TOOLS.validated(key)
+    if validated_tools is None:
+        return None
+    try:
+        fast = fast_validate(messages, None, documents, UNSET)
+        rest = _validate_full(messages, None, documents) if fast is None else ValidatedChatRequest(fast[0], None, None)
+    except Exception:  # noqa: BLE001 (refused: the full path words it with the tools' errors too)
+        return None
+    # With a non-empty list: "auto" when not sent, else as sent (each of these is valid).
+    choice = effective_tool_choice(validated_tools, tool_choice)
+    return ValidatedChatRequest(rest.messages, validated_tools, rest.documents, choice)
 
 
 def _validate_full(

@@ -9,95 +9,27 @@ applying.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_cases import CASES, TEMPLATE_ERROR_CASES, TIME_TOOL, WEATHER_TOOL
-from chat_rules import BAD_MESSAGES, tools_rendered
+from chat_cases import TIME_TOOL, WEATHER_TOOL
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from pydantic_core import ValidationError
+from validation_oracle import CORPUS, outcome, same
 
-from benchmarks.chat_validation import short_chats
-from benchmarks.make_inputs import load
 from renderer.chat import request as request_mod
 from renderer.chat.fast_request import fast_validate
-from renderer.chat.request import ValidatedChatRequest, _validate_full, validate_chat_request
+from renderer.chat.request import _validate_full, validate_chat_request
 from renderer.chat.tool_choice import UNSET
-
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_CHAT = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "chat.json").read_text())["cases"]
-
-
-def _args(messages: Any, params: dict[str, Any] | None) -> tuple[Any, Any, Any, Any]:
-    """validate_chat_request's arguments for a request's messages and chat_params, as sent."""
-    p = params if isinstance(params, dict) else {}
-    return messages, p.get("tools"), p.get("documents"), p.get("tool_choice", UNSET)
-
-
-def _corpus() -> list[tuple[str, tuple[Any, Any, Any, Any]]]:
-    out = []
-    for c in VLLM_CHAT:
-        out.append((f"vllm:{c['id']}", _args(c["messages"], c["chat_params"])))
-        out.append((f"vllm-rendered:{c['id']}", _args(c["messages"], tools_rendered(c["chat_params"]))))
-    for c in CASES + TEMPLATE_ERROR_CASES:
-        out.append((f"cases:{c['id']}", _args(c["messages"], c.get("chat_params"))))
-    for i, (messages, _, _) in enumerate(BAD_MESSAGES):
-        out.append((f"bad:{i}", _args(messages, None)))
-    for name in ("chat_multiturn", "chat_tools", "chat_mix"):
-        for i, r in enumerate(load(name)):
-            out.append((f"{name}:{i}", _args(r["messages"], r.get("chat_params"))))
-    for i, r in enumerate(short_chats()):
-        out.append((f"short:{i}", _args(r["messages"], None)))
-    return out
-
-
-CORPUS = _corpus()
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal with the same types all the way down and dict keys in the same order."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        keys_a, keys_b = list(a), list(b)
-        return (
-            keys_a == keys_b
-            and [type(k) for k in keys_a] == [type(k) for k in keys_b]
-            and all(_same(a[k], b[k]) for k in keys_a)
-        )
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if type(a).__name__ == "ValidatorIterator":  # lazy content parts (full path only): what they read
-        return _same(_read(a), _read(b))
-    return bool(a == b)
-
-
-def _read(lazy: Any) -> Any:
-    try:
-        return ("parts", list(lazy))
-    except ValidationError as e:
-        return ("error", str(e))
-
-
-def _outcome(fn: Any, args: tuple[Any, Any, Any, Any]) -> Any:
-    try:
-        r = fn(*args)
-    except Exception as e:  # noqa: BLE001 (the error is the outcome compared)
-        return ("raised", type(e), str(e))
-    assert type(r) is ValidatedChatRequest
-    return ("ok", r.messages, r.tools, r.documents, r.tool_choice)
 
 
 def _assert_same_as_full(args: tuple[Any, Any, Any, Any]) -> bool:
     """Whether the fast path took the request; either way, what validate_chat_request returns is
     exactly what the full path does."""
     took = fast_validate(*args) is not None
-    dispatched, full = _outcome(validate_chat_request, args), _outcome(_validate_full, args)
-    assert _same(dispatched, full), f"fast path {dispatched!r} != full path {full!r}"
+    dispatched, full = outcome(validate_chat_request, args), outcome(_validate_full, args)
+    assert same(dispatched, full), f"fast path {dispatched!r} != full path {full!r}"
     return took
 
 
@@ -132,7 +64,7 @@ def test_plain_chats_take_the_fast_path(messages, tool_choice, monkeypatch):
 
     monkeypatch.setattr(request_mod, "_validate_full", refuse)
     got = validate_chat_request(messages, None, None, tool_choice)
-    assert _same(got.messages, expected.messages) and got.tool_choice == expected.tool_choice
+    assert same(got.messages, expected.messages) and got.tool_choice == expected.tool_choice
     assert (got.tools, got.documents) == (None, None)
     # Fresh dicts, as the full path's copy gives: a caller's messages are never handed on.
     assert all(out is not sent for out, sent in zip(got.messages, messages))
@@ -289,7 +221,7 @@ def _parsed(parse: Any, msg: Any, fmt: str) -> Any:
         return ("raised", type(e), str(e))
 
 
-def _assert_parse_same(msg: Any, fresh: Any = None) -> bool:
+def _assert_parsesame(msg: Any, fresh: Any = None) -> bool:
     """Whether the plain path took ``msg``; either way, the message parse gives exactly what the
     general parse does, in both content formats. ``fresh()`` makes the message anew for each parse
     (validated content parts are read once)."""
@@ -300,7 +232,7 @@ def _assert_parse_same(msg: Any, fresh: Any = None) -> bool:
     assert took[0] == took[1]
     for fmt in ("string", "openai"):
         got, want = _parsed(_parse_message, fresh(), fmt), _parsed(parse_message, fresh(), fmt)
-        assert _same(got, want), f"{fmt}: plain path {got!r} != general parse {want!r}"
+        assert same(got, want), f"{fmt}: plain path {got!r} != general parse {want!r}"
     return took[0]
 
 
@@ -318,7 +250,7 @@ def test_message_parse_same_as_general_parse_on_the_whole_corpus():
     for name, args in CORPUS:
         for i, msg in enumerate(_validated(args)):
             seen.append((f"{name}[{i}]", msg))
-            if _assert_parse_same(msg, lambda: _validated(args)[i]):
+            if _assert_parsesame(msg, lambda: _validated(args)[i]):
                 taken.add(f"{name}[{i}]")
     # Every message of the plain benchmark chats takes it (a path that never applied would prove
     # nothing) ...
@@ -345,7 +277,7 @@ def test_message_parse_same_as_general_parse_on_the_whole_corpus():
     ids=range(8),
 )
 def test_a_message_that_is_not_plain_takes_the_general_parse(msg):
-    assert not _assert_parse_same(msg)
+    assert not _assert_parsesame(msg)
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -354,4 +286,4 @@ def test_message_parse_matches_the_general_parse_near_the_boundary(data):
     msg = data.draw(plain_message())
     if data.draw(st.booleans()):  # one change near the boundary, as the validation property makes
         msg = _changed(data.draw, msg)
-    event("plain path" if _assert_parse_same(msg) else "general parse")
+    event("plain path" if _assert_parsesame(msg) else "general parse")
