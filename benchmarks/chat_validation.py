@@ -11,8 +11,8 @@ Times ``validate_chat_request``, ``ChatRenderer.render_messages`` and ``ChatStag
   but their few ``tools`` lists are validated once, ``renderer/chat/known_tools.py``).
 
 With the fast path present, each round times it and the full path (the fast path and the known
-tool lists switched off) back to back, so the ratio is taken under the same machine load; medians over the rounds. Each
-round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
+tool lists switched off) back to back, so the ratio is taken under the same machine load;
+medians over the rounds. Each round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
 on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (issue 26,
 lever 3; rows ``stage.engine``), and with the plain-message parse (``messages.plain_message``)
 against the general parse of every message, back to back (rows ``stage.parse``).

@@ -8,8 +8,8 @@ field of the request changes it. So ``request.py`` validates a list once, alone,
 dump here under the list's key; a later request with the same key gets a fresh copy of it, its
 messages validated as usual.
 
-The key is ``marshal``'s serialisation of the list: C speed (about a tenth of the validation it
-saves), and exact: it writes each value's type (``1``, ``1.0`` and ``True`` differ, as do a list
+The key is ``marshal``'s serialisation of the list: C speed, a small part of the validation it
+saves, and exact: it writes each value's type (``1``, ``1.0`` and ``True`` differ, as do a list
 and a tuple) and refuses subclasses and other mappings, which pydantic may keep as they are. So
 two lists with the same key are the same input to pydantic, and a miss validates the list
 rebuilt from its key. A list with no key (not a non-empty list, a subclass inside, longer than
