@@ -130,6 +130,12 @@ class ChatStage:
         """Compile the model's template before the first request (see ``ChatRenderer.warmup``)."""
         return self.chat.warmup()
 
+    @property
+    def any_may_be_slow(self) -> bool:
+        """Whether any request may render its own template in the worker: only where request
+        templates are trusted. Where not, a batch needs no ordering, nor a read of its inputs."""
+        return self.chat.trust_request_chat_template
+
     def may_be_slow(self, raw_chat_params: bytes | None) -> bool:
         """Whether a request may render its own template in the worker (up to its deadline):
         only where request templates are trusted, and ``may_send_template`` says so."""

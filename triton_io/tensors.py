@@ -47,13 +47,24 @@ def flag(params: dict[str, str], name: str, default: bool = False) -> bool:
     return default if raw is None else parse_flag(raw)
 
 
+def inputs(request: Any) -> dict[str, Any]:
+    """A request's input tensors by name, read once: each ``get_input_tensor_by_name`` call
+    lists (and wraps) all of a request's inputs again. Every ``get_*`` below takes this mapping
+    in place of the request."""
+    return {t.name(): t for t in request.inputs()}
+
+
 def get(request: Any, name: str) -> np.ndarray | None:
-    """An input as a numpy array with the batch dimension checked and removed, or None."""
-    t = pb_utils.get_input_tensor_by_name(request, name)
+    """An input as a numpy array with the batch dimension checked and removed, or None.
+    ``request``: the request, or its ``inputs(request)``."""
+    t = request.get(name) if type(request) is dict else pb_utils.get_input_tensor_by_name(request, name)
     if t is None:
         return None
     arr = t.as_numpy()
-    size = sum(len(x) for x in arr.reshape(-1)) if arr.dtype == np.object_ else arr.nbytes
+    if arr.dtype.kind != "O":
+        size = arr.nbytes
+    else:  # BYTES: most inputs hold one element
+        size = len(arr.item(0)) if arr.size == 1 else sum(map(len, arr.flat))
     if size > MAX_INPUT_BYTES:
         raise TensorError(
             f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.", parameter=name

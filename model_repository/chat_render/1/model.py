@@ -43,7 +43,8 @@ class TritonPythonModel:
         io.release_before_teardown()
 
     def _one(self, request: Any) -> Any:
-        out = self.stage.render(io.get_str(request, "messages"), io.get_json(request, "chat_params"))
+        inputs = io.inputs(request)
+        out = self.stage.render(io.get_str(inputs, "messages"), io.get_json(inputs, "chat_params"))
         wanted = io.requested(request)  # render_chat never reads output_parsing, chat never mm_hashes
         tensors = [OUT("prompt", [out.rendered.prompt]), OUT("chat_template_applied", APPLIED)]
         if "output_parsing" in wanted:
@@ -66,7 +67,9 @@ class TritonPythonModel:
     def execute(self, requests: list) -> list:
         # A dynamic batch renders in turn: requests that may render a template in the worker go
         # last, so an attack batched with normal requests never delays them.
-        return io.respond_each(requests, "chat_render", self._one, later=self._may_be_slow)
+        # Untrusted request templates (the default): nothing is slow, so no input is read twice.
+        later = self._may_be_slow if self.stage.any_may_be_slow else None
+        return io.respond_each(requests, "chat_render", self._one, later=later)
 
     def _may_be_slow(self, request: Any) -> bool:
         return self.stage.may_be_slow(io.get_bytes(request, "chat_params"))

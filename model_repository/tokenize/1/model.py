@@ -33,6 +33,7 @@ class TritonPythonModel:
         pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
 
     def _parse(self, request: Any) -> Any:
+        request = io.inputs(request)
         prompt = self.renderer.render_prompt(
             completion_prompt(
                 text=io.get_bytes(request, "prompt"),
