@@ -31,6 +31,7 @@ from .prompts import (
     TextPrompt,
     TokenizedPrompt,
     TokensPrompt,
+    completion_prompt,
 )
 from .tokenizer import EncodeOptions, Tokenizer
 
@@ -68,6 +69,16 @@ class Renderer:
     def from_config(cls, config: RendererConfig) -> "Renderer":
         info = ModelInfo.from_model_dir(config.model_dir, config.max_model_len)
         return cls(Tokenizer.from_pretrained(Path(config.model_dir), backend=config.tokenizer_backend), info, config)
+
+    def warmup(self) -> None:
+        """Render one text prompt before the first request: the tokenizer's lazily computed
+        bounds (the longest token: a walk over the vocabulary, about 20 ms for 49k tokens) and
+        the encoder's first call are paid at load, not by a client's first request."""
+        (result,) = self.render_batch(
+            [self.render_prompt(completion_prompt(text="warmup"))], [self.default_completion_params]
+        )
+        if isinstance(result, BaseException):
+            raise result
 
     # --- defaults ------------------------------------------------------------------------
 

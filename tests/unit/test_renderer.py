@@ -173,3 +173,12 @@ def test_thread_safe_under_mixed_truncation(renderer, hf_tokenizer):
 
     with ThreadPoolExecutor(8) as ex:
         assert all(ex.map(work, range(600)))
+
+
+def test_warmup_pays_the_lazy_bounds_at_load(model_dir):
+    """``warmup`` (the tokenize stage's initialize) computes the tokenizer's lazily cached bounds,
+    so a client's first request does not walk the vocabulary."""
+    fresh = Renderer.from_config(RendererConfig(model_dir=str(model_dir)))
+    assert "max_chars_per_token" not in vars(fresh.tokenizer)
+    fresh.warmup()
+    assert vars(fresh.tokenizer)["max_chars_per_token"] == max(len(t) for t in fresh.tokenizer._proto.get_vocab())

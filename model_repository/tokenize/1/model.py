@@ -29,6 +29,7 @@ class TritonPythonModel:
                 tokenizer_backend=p.get("tokenizer_backend") or "auto",
             )
         )
+        self.renderer.warmup()
         backend = self.renderer.tokenizer.backend
         pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
 
