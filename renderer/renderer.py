@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+import logging
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar, Union
@@ -35,6 +36,7 @@ from .prompts import (
 )
 from .tokenizer import EncodeOptions, Tokenizer
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Result = Union[T, RenderError]
 
@@ -70,15 +72,19 @@ class Renderer:
         info = ModelInfo.from_model_dir(config.model_dir, config.max_model_len)
         return cls(Tokenizer.from_pretrained(Path(config.model_dir), backend=config.tokenizer_backend), info, config)
 
-    def warmup(self) -> None:
+    def warmup(self) -> bool:
         """Render one text prompt before the first request: the tokenizer's lazily computed
         bounds (the longest token: a walk over the vocabulary, about 20 ms for 49k tokens) and
-        the encoder's first call are paid at load, not by a client's first request."""
+        the encoder's first call are paid at load, not by a client's first request. Returns
+        whether it rendered; a refusal (a context too short for the word) is logged, not fatal,
+        as the chat template's warmup."""
         (result,) = self.render_batch(
             [self.render_prompt(completion_prompt(text="warmup"))], [self.default_completion_params]
         )
         if isinstance(result, BaseException):
-            raise result
+            logger.warning("Tokenizer warmup failed: %s", result)
+            return False
+        return True
 
     # --- defaults ------------------------------------------------------------------------
 

@@ -180,5 +180,5 @@ def test_warmup_pays_the_lazy_bounds_at_load(model_dir):
     so a client's first request does not walk the vocabulary."""
     fresh = Renderer.from_config(RendererConfig(model_dir=str(model_dir)))
     assert "max_chars_per_token" not in vars(fresh.tokenizer)
-    fresh.warmup()
+    assert fresh.warmup()
     assert vars(fresh.tokenizer)["max_chars_per_token"] == max(len(t) for t in fresh.tokenizer._proto.get_vocab())

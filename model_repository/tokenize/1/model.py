@@ -34,19 +34,19 @@ class TritonPythonModel:
         pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
 
     def _parse(self, request: Any) -> Any:
-        request = io.inputs(request)
+        inputs = io.inputs(request)
         prompt = self.renderer.render_prompt(
             completion_prompt(
-                text=io.get_bytes(request, "prompt"),
-                token_ids=io.get_ids(request, "prompt_token_ids"),
-                embeds=io.get_bytes(request, "prompt_embeds"),
-                cache_salt=io.get_bytes(request, "cache_salt"),
+                text=io.get_bytes(inputs, "prompt"),
+                token_ids=io.get_ids(inputs, "prompt_token_ids"),
+                embeds=io.get_bytes(inputs, "prompt_embeds"),
+                cache_salt=io.get_bytes(inputs, "cache_salt"),
             )
         )
         params = self.renderer.request_params(
-            io.get_json(request, "tokenize_params"),
-            chat=bool(io.get_scalar(request, "chat_template_applied", bool)),
-            max_output_tokens=io.get_scalar(request, "max_tokens"),
+            io.get_json(inputs, "tokenize_params"),
+            chat=bool(io.get_scalar(inputs, "chat_template_applied", bool)),
+            max_output_tokens=io.get_scalar(inputs, "max_tokens"),
         )
         return prompt, params
 
