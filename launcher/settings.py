@@ -220,9 +220,11 @@ class Settings:
     def resolved_chat_render_instances(self) -> int:
         """``chat_render_instances``, or when 0 its share of the CPUs (1 on two cores, 7 on
         sixteen: on two cores one instance against three, render_chat p50 at c=1 1.33 against
-        1.50 ms and 0.90 against 1.19 ms of CPU per chat, benchmarks/results/instances.json); at
-        least 2 with request templates trusted, so that one request's
-        template rendering up to its deadline cannot stall every chat."""
+        1.50 ms and 0.90 against 1.19 ms of CPU per chat, benchmarks/results/instances.json; one
+        against two, no less throughput and about 80 µs less chat_render CPU per chat,
+        benchmarks/results/instances_chat_render.json); at least 2 with request templates
+        trusted, so that one request's template rendering up to its deadline cannot stall every
+        chat."""
         least = 2 if self.trust_request_chat_template else 1
         return self.chat_render_instances or default_instances(CHAT_RENDER_SHARE, least=least)
 
