@@ -159,9 +159,11 @@ class Settings:
     through the limit ``tokenize`` hands on) and ``tokenize_enc_dec``, capped there at the
     encoder-decoder model's own context."""
     chat_template_engine: str = "auto"
-    """Engine that renders the model's chat template for plain chats (string contents, no tools):
-    "auto" (``minijinja`` where the template uses only constructs both engines agree on and it
-    renders every load-time probe as Jinja does, else Jinja; the reason is logged), or "jinja2"."""
+    """Engine that renders the model's chat template for plain chats (string contents, no tools),
+    and tool chats where it reads messages only by role, content and name and never names tools
+    (``renderer/chat/compiled_template.py``): "auto" (``minijinja`` where the template uses only
+    constructs both engines agree on and it renders every load-time probe as Jinja does, else
+    Jinja; the reason is logged), or "jinja2"."""
     tokenizer_backend: str = "auto"
     """Engine that encodes text: "auto" (``fastokens`` where it equals Hugging Face on the
     load-time probes, else Hugging Face), "huggingface", or "fastokens" (fails to load where it

@@ -21,6 +21,12 @@ So it serves only what is proven equal, the way ``TOKENIZER_BACKEND=auto`` serve
   template, no tools, no documents, no template kwargs but ``add_generation_prompt`` and an unset
   ``continue_final_message``.
 
+Where the template provably reads a message only through the constant keys ``role``, ``content``
+and ``name`` and never names ``tools`` or ``documents`` (``message_keys``), its output depends on
+a chat only through those keys of each message, in order. Then a chat with tools, tool calls or
+other keys renders on minijinja too, cut down to those keys (``conversation_for``), provided what
+is left is plain; the probe renders tool chats both ways to hold this.
+
 Everything else, and any request minijinja fails on or whose output exceeds the limits, renders
 through the Jinja sandbox (``apply.py``), which alone words errors. Request templates never come
 here: they stay in the worker. ``CHAT_TEMPLATE_ENGINE=jinja2`` turns this off.
@@ -116,14 +122,102 @@ def unsupported_construct(ast: nodes.Template) -> str | None:
     return None
 
 
+# The message keys a chat may be cut down to: those the probe gives its messages, so that each is
+# exercised (and ``name`` both present and absent). None of them is also a dict method's name,
+# which Jinja's ``message.key`` would find before the item.
+_PROJECTABLE_KEYS = frozenset({"role", "content", "name"})
+
+
+def message_keys(ast: nodes.Template) -> frozenset[str] | None:
+    """The message keys the template reads, where every read of a message is a constant key among
+    ``role``, ``content`` and ``name`` and neither ``tools`` nor ``documents`` is named; None
+    otherwise (a message printed, compared, tested, assigned or passed whole; a name bound to a
+    message and to anything else). Run after ``unsupported_construct`` has admitted the template,
+    so no filter, method, macro or ``loop.previtem`` can reach a message another way."""
+    parents: dict[int, nodes.Node] = {}
+    stack: list[nodes.Node] = [ast]
+    while stack:
+        node = stack.pop()
+        for child in node.iter_child_nodes():
+            parents[id(child)] = node
+            stack.append(child)
+
+    def over_messages(loop: nodes.For) -> bool:
+        it = loop.iter
+        if isinstance(it, nodes.Getitem) and isinstance(it.arg, nodes.Slice):
+            it = it.node
+        return isinstance(it, nodes.Name) and it.name == "messages"
+
+    message_vars = set()
+    for loop in ast.find_all(nodes.For):
+        if over_messages(loop):
+            if not isinstance(loop.target, nodes.Name):
+                return None
+            message_vars.add(loop.target.name)
+    keys: set[str] = set()
+    for name in ast.find_all(nodes.Name):
+        parent = parents[id(name)]
+        if name.ctx != "load":
+            if (
+                name.name == "messages"
+                or name.name in message_vars
+                and not (isinstance(parent, nodes.For) and parent.target is name and over_messages(parent))
+            ):
+                return None  # the name holds something else too
+            continue
+        if name.name in ("tools", "documents"):
+            return None
+        if name.name == "messages":
+            if isinstance(parent, nodes.For) and parent.iter is name:
+                continue
+            if not (isinstance(parent, nodes.Getitem) and parent.node is name):
+                return None
+            if isinstance(parent.arg, nodes.Slice):
+                loop = parents.get(id(parent))
+                if isinstance(loop, nodes.For) and loop.iter is parent:
+                    continue
+                return None
+            key = _key_read(parent, parents)  # messages[i]: one message, read by key
+        elif name.name in message_vars:
+            key = _key_read(name, parents)
+        else:
+            continue
+        if key not in _PROJECTABLE_KEYS:
+            return None
+        keys.add(key)  # type: ignore[arg-type]
+    return frozenset(keys)
+
+
+def _key_read(expr: nodes.Node, parents: Mapping[int, nodes.Node]) -> str | None:
+    """The constant key ``expr[...]`` or ``expr.key`` reads, if that is what ``expr`` is used for."""
+    parent = parents.get(id(expr))
+    if isinstance(parent, nodes.Getitem) and parent.node is expr:
+        arg = parent.arg
+        return arg.value if isinstance(arg, nodes.Const) and type(arg.value) is str else None
+    if isinstance(parent, nodes.Getattr) and parent.node is expr:
+        return parent.attr
+    return None
+
+
 class CompiledChatTemplate:
     """The model's template compiled by minijinja, serving plain chats only (see the module)."""
 
-    def __init__(self, source: str, special_tokens: Mapping[str, str], max_output_chars: int) -> None:
+    def __init__(
+        self,
+        source: str,
+        special_tokens: Mapping[str, str],
+        max_output_chars: int,
+        keys: frozenset[str] | None = None,
+    ) -> None:
         import minijinja
 
         self.source = source
         """The template text this serves (requests naming another template render in Jinja)."""
+        self.keys = keys
+        """The message keys the template reads (``message_keys``): chats are cut down to them, and
+        may carry tools; None: only plain chats without tools, as they are."""
+        # The keys the probe never leaves out: a cut message must hold those the template reads.
+        self._required = _ROLE_AND_CONTENT if keys is None else keys & _ROLE_AND_CONTENT
         self._special_tokens = dict(special_tokens)
         self._max_output_chars = max_output_chars
         env = minijinja.Environment(fuel=_FUEL)
@@ -133,6 +227,22 @@ class CompiledChatTemplate:
         env.add_function("raise_exception", _raise_exception)
         env.add_template("chat", source)
         self._env = env
+
+    def conversation_for(self, conversation: list[Any], tools: Any, documents: Any) -> list[dict[str, Any]] | None:
+        """What minijinja renders for this request's conversation: the conversation itself when
+        plain with no tools, or cut down to ``keys`` when the template reads no more; None when
+        it must render in the Jinja sandbox."""
+        if documents is not None:
+            return None
+        if self.keys is None:
+            return conversation if tools is None and is_plain(conversation) else None
+        keys = self.keys
+        cut = []
+        for message in conversation:
+            if type(message) is not dict:
+                return None
+            cut.append({k: v for k, v in message.items() if k in keys})
+        return cut if is_plain(cut, self._required) else None
 
     def render(self, conversation: list[dict[str, Any]], add_generation_prompt: bool) -> str | None:
         """The prompt; None when this request must render in the Jinja sandbox instead. (The
@@ -154,14 +264,18 @@ class CompiledChatTemplate:
         return text if len(text) <= self._max_output_chars else None
 
 
-def is_plain(conversation: list[dict[str, Any]]) -> bool:
-    """Whether every message is only ``role``, ``content`` and maybe ``name``, each exactly a
-    ``str`` minijinja receives unchanged (valid UTF-8: it turns a lone surrogate into U+FFFD)."""
+_ROLE_AND_CONTENT = frozenset({"role", "content"})
+
+
+def is_plain(conversation: list[Any], required: frozenset[str] = _ROLE_AND_CONTENT) -> bool:
+    """Whether every message holds each key of ``required`` and no key but ``role``, ``content``
+    and ``name``, each exactly a ``str`` minijinja receives unchanged (valid UTF-8: it turns a
+    lone surrogate into U+FFFD). (The renderer's parse always sets ``role`` and ``content``.)"""
     for message in conversation:
-        if type(message) is not dict or not 2 <= len(message) <= 3:
+        if type(message) is not dict or not required.issubset(message):
             return False
         for key, value in message.items():
-            if key not in ("role", "content", "name") or type(value) is not str:
+            if key not in _PROJECTABLE_KEYS or type(value) is not str:
                 return False
             if not value.isascii():
                 try:
@@ -205,37 +319,42 @@ def _choose(
     try:
         # A tree of its own: the shared parse_template tree is constant-folded by the variable
         # analysis (jinja2.meta), and the choice must not depend on what ran first.
-        construct = unsupported_construct(ENV.parse(source))
+        ast = ENV.parse(source)
+        construct = unsupported_construct(ast)
     except Exception as e:  # noqa: BLE001 (a template Jinja cannot parse renders nowhere else)
         return None, EngineChoice("jinja2", f"Jinja cannot parse the template ({e})")
     if construct is not None:
         return None, EngineChoice("jinja2", f"the template uses {construct}")
+    keys = message_keys(ast)
     try:
-        compiled = CompiledChatTemplate(source, dict(special_tokens), limits.max_output_chars)
+        compiled = CompiledChatTemplate(source, dict(special_tokens), limits.max_output_chars, keys)
     except Exception as e:  # noqa: BLE001 (minijinja's syntax differs: Jinja keeps it)
         return None, EngineChoice("jinja2", f"minijinja does not compile the template ({e})")
     served = 0
-    for conversation, agp in probe_corpus():
+    for conversation, agp, tools in probe_corpus():
         try:
             want: str | None = apply_chat_template(
                 source,
                 conversation,
                 special_tokens=dict(special_tokens),
                 template_kwargs={"add_generation_prompt": agp},
+                tools=tools,
                 limits=limits,
             )
         except Exception:  # noqa: BLE001 (the template refused it: minijinja must refuse it too)
             want = None
-        got = compiled._render(conversation, agp)
+        cut = compiled.conversation_for(conversation, tools, None)
+        got = None if cut is None else compiled._render(cut, agp)
         if got is None:
-            continue  # minijinja refused: such a request renders in Jinja, so nothing differs
+            continue  # not served, or minijinja refused: such a request renders in Jinja
         if got != want:
             what = "renders differently" if want is not None else "does not fail where Jinja fails"
             return None, EngineChoice("jinja2", f"minijinja {what} on a probe conversation")
         served += 1
     if not served:
         return None, EngineChoice("jinja2", "minijinja rendered none of the probe conversations")
-    return compiled, EngineChoice("minijinja", f"equal to Jinja on every load-time probe ({served} served)")
+    scope = "plain chats" if keys is None else f"chats cut to {', '.join(sorted(keys))}, tools or not"
+    return compiled, EngineChoice("minijinja", f"equal to Jinja on every load-time probe ({served} served; {scope})")
 
 
 # Strings the probe conversations carry: each one stresses a rule a template could treat
@@ -267,8 +386,42 @@ _TEXTS = (
 _ROLES = ("system", "user", "assistant", "developer", "tool")
 
 
-def probe_corpus() -> list[tuple[list[dict[str, Any]], bool]]:
-    """Plain conversations (with the generation prompt on and off) the two engines must agree on."""
+# Tools and tool-call turns as the renderer hands them to a template (arguments parsed, a call's
+# content empty), with the odd shapes a client may send beside them.
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {"type": "function", "function": {"name": "get_time"}},
+]
+_CALL = {"id": "call_1", "function": {"arguments": {"city": "Paris"}, "name": "get_weather"}, "type": "function"}
+
+
+def _tool_chats() -> list[list[dict[str, Any]]]:
+    user = {"role": "user", "content": "What's the weather in Paris?"}
+    calls = {"role": "assistant", "content": "", "tool_calls": [_CALL, {**_CALL, "id": "call_2"}]}
+    result = {"role": "tool", "content": '{"temperature": 21}', "tool_call_id": "call_1"}
+    return [
+        [user],
+        [{"role": "system", "content": "Use the tools."}, user, calls, result, {"role": "assistant", "content": "21"}],
+        [user, {"role": "assistant", "content": "Checking.", "tool_calls": [_CALL]}, result, user],
+        [user, {"role": "assistant", "content": None, "tool_calls": [_CALL]}, result],
+        [user, {"role": "assistant", "tool_calls": [_CALL]}, {**result, "name": "get_weather"}],
+        [
+            {**user, "reasoning": "hmm", "extra": {"nested": [1, 2]}},
+            {"role": "tool", "content": "", "tool_call_id": ""},
+        ],
+    ]
+
+
+def probe_corpus() -> list[tuple[list[dict[str, Any]], bool, list[dict[str, Any]] | None]]:
+    """Conversations (with the generation prompt on and off, and the tools they are sent with)
+    the two engines must agree on: plain ones, and tool chats with and without tools."""
     chats: list[list[dict[str, Any]]] = []
     for i, text in enumerate(_TEXTS):
         other = _TEXTS[(i + 7) % len(_TEXTS)]
@@ -296,7 +449,11 @@ def probe_corpus() -> list[tuple[list[dict[str, Any]], bool]]:
     chats.append([{"role": "assistant", "content": "only the assistant", "name": "bot"}])
     chats.append([{"role": ("user", "assistant")[n % 2], "content": f"turn {n}"} for n in range(9)])
     chats.append([{"role": "custom_role", "content": "an unknown role"}])
-    return [(chat, agp) for chat in chats for agp in (True, False)]
+    probes = [(chat, agp, None) for chat in chats for agp in (True, False)]
+    tool_chats = _tool_chats()
+    return probes + [
+        (chat, agp, tools) for chat in tool_chats for agp in (True, False) for tools in (None, _PROBE_TOOLS)
+    ]
 
 
 def _every_character() -> str:

@@ -120,7 +120,7 @@ class ChatRenderer:
         # Items allowed per prompt and modality; a text-only model allows none (vLLM's limit 0).
         self.mm_limits = dict(mm_limits) if mm_limits is not None else None
         self.template_engine = template_engine
-        """``auto``: plain chats on the model's template render on minijinja where proven equal."""
+        """``auto``: chats on the model's template render on minijinja where proven equal (``compiled_template``)."""
         self._compiled: compiled_template.CompiledChatTemplate | None = None
         self._engine_choice: compiled_template.EngineChoice | None = None
 
@@ -181,20 +181,20 @@ class ChatRenderer:
     def _render_compiled(
         self, template: str, conversation: list[dict[str, Any]], kwargs: Mapping[str, Any], tools: Any, documents: Any
     ) -> str | None:
-        """The prompt from the compiled engine, for a plain chat on the model's default template;
-        None when the sandbox renders it (anything else, or whatever minijinja fails on)."""
-        if tools is not None or documents is not None:
-            return None
+        """The prompt from the compiled engine, for a chat on the model's default template that it
+        serves (``CompiledChatTemplate.conversation_for``); None when the sandbox renders it
+        (anything else, or whatever minijinja fails on)."""
         compiled = self.engine()[0]
         if compiled is None or template is not compiled.source and template != compiled.source:
             return None
         agp = compiled_template.plain_kwargs(kwargs)
-        if agp is None or not compiled_template.is_plain(conversation):
+        served = None if agp is None else compiled.conversation_for(conversation, tools, documents)
+        if served is None:
             return None
-        return compiled.render(conversation, agp)
+        return compiled.render(served, agp)
 
     def engine(self) -> tuple[compiled_template.CompiledChatTemplate | None, compiled_template.EngineChoice]:
-        """The compiled template for plain chats (None: all render in the sandbox) and why; chosen
+        """The compiled template for the chats it serves (None: all render in the sandbox) and why; chosen
         once, on first use (``warmup``), by the load-time probe."""
         if self._engine_choice is None:
             try:
@@ -205,7 +205,9 @@ class ChatRenderer:
                 self.template_engine, default, self.source.special_tokens, self.limits
             )
             logger.info(
-                "chat template engine for plain chats: %s (%s)", self._engine_choice.engine, self._engine_choice.reason
+                "chat template engine for the model's template: %s (%s)",
+                self._engine_choice.engine,
+                self._engine_choice.reason,
             )
         return self._compiled, self._engine_choice
 

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from typing_extensions import Required, TypedDict
 
 from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
-from .fast_request import fast_validate
+from .fast_request import ARGUMENTS_LEVEL, fast_validate
 from .known_tools import KnownTools, tools_key
 from .tool_choice import UNSET, effective_tool_choice
 from ..json_fields import MAX_NESTING_DEPTH, check_depth, json_copy, json_text_depth, nesting_depth, nesting_error
@@ -419,8 +419,6 @@ def _validate_full(
 
 
 NESTING_MESSAGE = "The chat request is nested too deeply (messages, tools or documents)."
-# Levels above a tool call's arguments: messages, message, tool_calls, call, function.
-_ARGUMENTS_LEVEL = 5
 
 
 def check_request_depth(messages: Any, tools: Any = None, documents: Any = None) -> None:
@@ -436,7 +434,7 @@ def check_request_depth(messages: Any, tools: Any = None, documents: Any = None)
                 function = call.get("function") if isinstance(call, Mapping) else None
                 arguments = function.get("arguments") if isinstance(function, Mapping) else None
                 if isinstance(arguments, str):
-                    if json_text_depth(arguments, MAX_NESTING_DEPTH - _ARGUMENTS_LEVEL) is not None:
+                    if json_text_depth(arguments, MAX_NESTING_DEPTH - ARGUMENTS_LEVEL) is not None:
                         raise nesting_error(f"messages[{i}].tool_calls[{j}].function.arguments")
     else:
         check_depth(messages, "messages")

@@ -1,6 +1,6 @@
 """The chat validation fast path (renderer/chat/fast_request.py) against the full, vLLM-shaped one.
 
-``validate_chat_request`` hands plain chats to the fast path; these tests hold it to
+``validate_chat_request`` hands plain chats and tool turns to the fast path; these tests hold it to
 ``_validate_full`` (vLLM's request model) exactly: same types, values and key order, or the same
 error, on every chat the project has recorded or written, and on generated chats near the
 boundary of what the fast path takes. They also check it is taken, so it cannot silently stop
@@ -44,6 +44,26 @@ def test_same_as_full_path_on_the_whole_corpus():
     assert not any(name.startswith("chat_tools:") for name in taken)
 
 
+def test_tool_chats_messages_take_the_fast_path_on_the_whole_corpus():
+    """A tool chat's messages alone (its tools list validated before: known_tools.py) take the
+    fast path, tool calls and tool results included, with exactly the full path's result."""
+    taken = []
+    for name, (messages, _, documents, _) in CORPUS:
+        args = (messages, None, documents, UNSET)
+        if _assert_same_as_full(args) and isinstance(messages, list):
+            taken += [name] if _has_tool_turn(messages) else []
+    # Every benchmark tool chat whose turns have string (or null) contents; content parts are
+    # validated lazily by pydantic, so those take the full path.
+    for name, (messages, _, _, _) in CORPUS:
+        if name.startswith(("chat_tools:", "chat_mix:")) and name not in taken and _has_tool_turn(messages):
+            assert any(isinstance(m.get("content"), list) for m in messages), name
+    assert sum(name.startswith("chat_tools:") for name in taken) >= 40, len(taken)
+
+
+def _has_tool_turn(messages: Any) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
+
+
 PLAIN = [
     [{"role": "user", "content": "Hi"}],
     [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"}],
@@ -74,12 +94,70 @@ class _Str(str):
     pass
 
 
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+
+TOOL_TURNS = [
+    [{"role": "assistant", "content": None, "tool_calls": [CALL]}],
+    [
+        {"role": "assistant", "tool_calls": [CALL, {**CALL, "id": "c2"}]},
+        {"role": "tool", "content": "r", "tool_call_id": "c1"},
+    ],
+    [{"tool_calls": [CALL], "name": "n", "content": "x", "role": "assistant"}],
+    [{"role": "assistant", "content": "x", "tool_calls": []}],
+    [{"role": "assistant", "content": None}],
+    [{"tool_call_id": "c1", "content": "", "role": "tool"}],
+    [{"role": "tool", "content": "r", "tool_call_id": "c1", "name": "f"}],
+    [
+        {
+            "role": "assistant",
+            "content": "x",
+            "tool_calls": [{**CALL, "function": {"arguments": "[[[[ not json", "name": ""}}],
+        }
+    ],
+]
+
+
+@pytest.mark.parametrize("messages", TOOL_TURNS, ids=range(len(TOOL_TURNS)))
+def test_tool_turns_take_the_fast_path(messages, monkeypatch):
+    expected = _validate_full(messages, None, None, UNSET)
+    monkeypatch.setattr(request_mod, "_validate_full", lambda *_: pytest.fail("the full path ran"))
+    got = validate_chat_request(messages, None, None, UNSET)
+    assert same(got.messages, expected.messages) and got.tool_choice == expected.tool_choice
+    # Fresh containers all the way down: nothing of the caller's is handed on to be changed.
+    for out, sent in zip(got.messages, messages):
+        assert out is not sent
+        for call, sent_call in zip(out.get("tool_calls") or [], sent.get("tool_calls") or []):
+            assert call is not sent_call and call["function"] is not sent_call["function"]
+
+
 FALL_THROUGH = [
-    ([{"role": "tool", "content": "x", "tool_call_id": "a"}], None, None, UNSET),
+    ([{"role": "tool", "content": "x"}], None, None, UNSET),
+    ([{"role": "tool", "content": "x", "tool_call_id": None}], None, None, UNSET),
+    ([{"role": "tool", "content": ["x"], "tool_call_id": "a"}], None, None, UNSET),
+    ([{"role": "tool", "content": "x", "tool_call_id": "a", "name": None}], None, None, UNSET),
     ([{"role": "robot", "content": "x"}], None, None, UNSET),
     ([{"role": "user", "content": "x", "extra": 1}], None, None, UNSET),
     ([{"role": "user", "content": "x", "name": None}], None, None, UNSET),
-    ([{"role": "assistant", "content": None}], None, None, UNSET),
+    ([{"role": "assistant"}], None, None, UNSET),
+    ([{"role": "assistant", "content": "x", "tool_calls": None}], None, None, UNSET),
+    ([{"role": "assistant", "content": "x", "tool_calls": ({**CALL},)}], None, None, UNSET),
+    ([{"role": "assistant", "tool_calls": [{**CALL, "type": "custom"}]}], None, None, UNSET),
+    ([{"role": "assistant", "tool_calls": [{**CALL, "extra": 1}]}], None, None, UNSET),
+    ([{"role": "assistant", "tool_calls": [{"id": "c", "function": CALL["function"]}]}], None, None, UNSET),
+    (
+        [{"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": {"x": 1}}}]}],
+        None,
+        None,
+        UNSET,
+    ),
+    ([{"role": "assistant", "tool_calls": [{**CALL, "function": {**CALL["function"], "x": 1}}]}], None, None, UNSET),
+    ([{"role": "assistant", "tool_calls": [{**CALL, "id": None}]}], None, None, UNSET),
+    (
+        [{"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "[" * 1000}}]}],
+        None,
+        None,
+        UNSET,
+    ),
     ([{"role": "assistant", "content": "x", "reasoning_content": "r"}], None, None, UNSET),
     ([{"role": "user", "content": [{"type": "text", "text": "x"}]}], None, None, UNSET),
     ([{"role": "user", "content": _Str("x")}], None, None, UNSET),  # pydantic makes it lazy parts
@@ -141,7 +219,7 @@ def _changed(draw: Any, msg: dict[str, Any]) -> Any:
     elif change == 3:
         msg[draw(extra_keys)] = draw(extra_values)
     elif change == 4:
-        del msg[draw(st.sampled_from(["role", "content"]))]
+        msg.pop(draw(st.sampled_from(["role", "content"])), None)
     elif change == 5:  # a str subclass where a str goes
         key = draw(st.sampled_from(sorted(msg)))
         msg[key] = _Str(msg[key])
@@ -160,18 +238,68 @@ def messages(draw: Any) -> Any:
     return msgs
 
 
+call_texts = texts | st.sampled_from(["{}", '{"x": [1, {"y": null}]}', "[" * 996, "[" * 997 + "]" * 997])
+
+
+@st.composite
+def tool_call(draw: Any) -> Any:
+    call: dict[str, Any] = {
+        "id": draw(texts),
+        "type": "function",
+        "function": {"name": draw(texts), "arguments": draw(call_texts)},
+    }
+    if draw(st.integers(0, 3)):
+        return call
+    change = draw(st.integers(0, 5))  # one change near the boundary
+    if change == 0:
+        call[draw(st.sampled_from(["id", "type", "function", "extra"]))] = draw(extra_values)
+    elif change == 1:
+        call["function"][draw(st.sampled_from(["name", "arguments", "extra"]))] = draw(extra_values)
+    elif change == 2:
+        del call[draw(st.sampled_from(["id", "type", "function"]))]
+    elif change == 3:
+        del call["function"][draw(st.sampled_from(["name", "arguments"]))]
+    elif change == 4:
+        call["type"] = draw(st.sampled_from([_Str("function"), "Function", "custom"]))
+    else:
+        call = dict(draw(st.permutations(list(call.items()))))
+    return call
+
+
+@st.composite
+def tool_turn(draw: Any) -> Any:
+    """An assistant turn with tool calls or a tool result, mostly as clients send them."""
+    if draw(st.booleans()):
+        msg: dict[str, Any] = {"role": "assistant", "tool_calls": draw(st.lists(tool_call(), max_size=2))}
+        if draw(st.booleans()):
+            msg["content"] = draw(st.none() | texts)
+    else:
+        msg = {"role": "tool", "content": draw(texts), "tool_call_id": draw(texts)}
+    if draw(st.booleans()):
+        msg["name"] = draw(texts)
+    if draw(st.booleans()):
+        msg = dict(draw(st.permutations(list(msg.items()))))
+    return _changed(draw, msg) if not draw(st.integers(0, 3)) else msg
+
+
+tool_chats = st.lists(plain_message() | tool_turn(), max_size=4)
+
 requests = st.tuples(
-    messages() | st.sampled_from([None, "hi", {"role": "user", "content": "x"}]),
+    messages() | tool_chats | st.sampled_from([None, "hi", {"role": "user", "content": "x"}]),
     st.sampled_from([None] * 8 + [[], [TIME_TOOL]]),
     st.sampled_from([None] * 8 + [[], [{"title": "t"}], [{"title": 1}]]),
     st.sampled_from([UNSET] * 4 + [None, "none", "auto", "required", _Str("none"), {"function": {"name": "get_time"}}]),
 )
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests)
 def test_fast_path_matches_full_path_near_the_boundary(args):
-    event("fast path" if _assert_same_as_full(args) else "full path")
+    took = _assert_same_as_full(args)
+    tool_turns = isinstance(args[0], list) and any(
+        isinstance(m, dict) and ("tool_calls" in m or m.get("role") == "tool") for m in args[0]
+    )
+    event(("fast path" if took else "full path") + (", tool turns" if tool_turns else ""))
 
 
 # --- the chat_params bag: an empty one is the defaults, without a copy (issue 26, lever 2) --------

@@ -3,7 +3,8 @@
 ``CHAT_TEMPLATE_ENGINE=auto`` serves plain chats on the model's own template from minijinja where
 the load-time checks pass. These tests hold the two engines to the same prompt or the same error
 on every chat vLLM recorded, on generated plain chats near the edges (every code point, unknown
-roles, names), and check the refusals (constructs whose meaning may differ, requests that are not
+roles, names) and on generated tool chats, and check the refusals (constructs whose meaning may
+differ, message reads that cannot be proven to need only constant keys, requests that are not
 plain) and that the compiled path is really taken where it should be.
 """
 
@@ -40,6 +41,12 @@ STRICT_ROLES = (
     "{% if add_generation_prompt %}[{{ messages[-1]['role'] }}] assistant:{% endif %}"
 )
 PRINTS_MESSAGES = "{% for m in messages[1:] %}{{ m }}\n{% endfor %}{{ messages[0] }}{{ tools }}{{ bos_token }}"
+# Reads tools and tool calls: tool chats stay in Jinja (no cut can be proven to render the same).
+READS_TOOLS = (
+    "{% if tools %}[{{ tools[0]['function']['name'] }}]{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
+    "{% if m['tool_calls'] is defined %} calls {{ m['tool_calls'][0]['function']['name'] }}{% endif %}\n{% endfor %}"
+)
 
 
 def _renderer(template: str | None = None, engine: str = "auto", **kwargs: Any) -> ChatRenderer:
@@ -212,27 +219,141 @@ def test_generated_plain_chats_render_the_same_on_either_engine(chat, agp, which
     assert _outcome(_renderer(template), chat, params) == _outcome(_renderer(template, "jinja2"), chat, params)
 
 
+_JSON_SCALAR = st.none() | st.booleans() | st.integers(-5, 5) | _TEXT
+
+
+@st.composite
+def _tool_chats(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Chats with tool calls (arguments valid JSON or not), tool results, null or missing
+    contents and keys vLLM keeps, sent with tools or without."""
+    chat = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["plain", "calls", "result", "extra"]))
+        role = draw(_ROLES)
+        message: dict[str, Any] = {"role": role, "content": draw(_TEXT)}
+        if kind == "calls":
+            arguments = draw(st.sampled_from(['{"x": 1}', "{}", "not json", '{"nested": {"a": [1, null]}}']))
+            call = {"id": draw(_TEXT), "type": "function", "function": {"name": draw(_TEXT), "arguments": arguments}}
+            message = {"role": "assistant", "tool_calls": [call] * draw(st.integers(1, 2))}
+            if draw(st.booleans()):
+                message["content"] = draw(st.none() | _TEXT)
+        elif kind == "result":
+            message = {"role": "tool", "content": draw(_TEXT), "tool_call_id": draw(_TEXT)}
+        elif kind == "extra":
+            message[draw(st.sampled_from(["reasoning", "x_custom", "tool_call_id"]))] = draw(_JSON_SCALAR)
+        if draw(st.booleans()):
+            message["name"] = draw(_TEXT)
+        chat.append(message)
+    params: dict[str, Any] = {"add_generation_prompt": draw(st.booleans())}
+    if draw(st.booleans()):
+        params["tools"] = TOOLS
+        params["tool_choice"] = draw(st.sampled_from(["none", "auto", "required"]))
+    return chat, params
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_tool_chats(), which=st.sampled_from(["default", "strict", "reads_tools"]))
+def test_generated_tool_chats_render_the_same_on_either_engine(case, which):
+    chat, raw = case
+    template = {"default": None, "strict": STRICT_ROLES, "reads_tools": READS_TOOLS}[which]
+    params = ChatParams.from_request(raw)
+    assert _outcome(_renderer(template), chat, params) == _outcome(_renderer(template, "jinja2"), chat, params)
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+
+
 @pytest.mark.parametrize(
-    ("messages", "params"),
+    ("template", "messages", "params"),
     [
-        pytest.param([{"role": "user", "content": "a\ud800b"}], {}, id="lone_surrogate"),
+        pytest.param(None, [{"role": "user", "content": "a\ud800b"}], {}, id="lone_surrogate"),
+        pytest.param(READS_TOOLS, [{"role": "user", "content": "hi"}], {"tools": TOOLS}, id="tools_read"),
+        pytest.param(PRINTS_MESSAGES, [{"role": "user", "content": "hi"}], {"tools": TOOLS}, id="tools_printed"),
         pytest.param(
-            [{"role": "user", "content": "hi"}],
-            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tool_choice": "none"},
-            id="tools",
+            READS_TOOLS,
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}],
+            {},
+            id="tool_calls_read",
         ),
         pytest.param(
+            None,
             [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}],
             {"continue_final_message": True, "add_generation_prompt": False},
             id="continue_final_message",
         ),
+        pytest.param(
+            None,
+            [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            {"chat_template_content_format": "openai"},
+            id="content_parts_kept",
+        ),
     ],
 )
-def test_requests_that_are_not_plain_render_in_jinja(compiled_calls, messages, params):
+def test_requests_that_are_not_plain_render_in_jinja(compiled_calls, template, messages, params):
     p = ChatParams.from_request(params)
-    got = _outcome(_renderer(), messages, p)
-    assert got == _outcome(_renderer(engine="jinja2"), messages, p)
+    got = _outcome(_renderer(template), messages, p)
+    assert got == _outcome(_renderer(template, engine="jinja2"), messages, p)
     assert compiled_calls == [], "minijinja must not be asked"
+
+
+@pytest.mark.parametrize(
+    ("template", "keys"),
+    [
+        pytest.param(None, {"role", "content"}, id="default_model"),
+        pytest.param(STRICT_ROLES, {"role", "content", "name"}, id="strict_roles"),
+        pytest.param(
+            "{% for m in messages[1:] %}{{ m.content }}{% endfor %}{{ messages[0].role }}",
+            {"content", "role"},
+            id="attributes_and_slices",
+        ),
+        pytest.param(
+            "{% for m in messages if m['role'] != 'tool' %}{{ loop.length }}{% endfor %}", {"role"}, id="loop_filter"
+        ),
+        pytest.param(PRINTS_MESSAGES, None, id="prints_messages"),
+        pytest.param(READS_TOOLS, None, id="reads_tools"),
+        pytest.param("{% for m in messages %}{{ m['tool_calls'] }}{% endfor %}", None, id="another_key"),
+        pytest.param("{% for m in messages %}{{ m['items'] }}{% endfor %}", None, id="a_dict_method_name"),
+        pytest.param("{% for m in messages %}{{ m[m['role']] }}{% endfor %}", None, id="a_computed_key"),
+        pytest.param("{% for m in messages %}{% if 'name' in m %}x{% endif %}{% endfor %}", None, id="a_key_tested"),
+        pytest.param("{% for m in messages %}{{ m is defined }}{% endfor %}", None, id="a_message_tested"),
+        pytest.param("{% set first = messages[0] %}{{ first['content'] }}", None, id="a_message_assigned"),
+        pytest.param("{{ raise_exception(messages) }}", None, id="messages_passed"),
+        pytest.param(
+            "{% for m in messages %}{% for k in m %}{{ k }}{% endfor %}{% endfor %}", None, id="keys_iterated"
+        ),
+        pytest.param(
+            "{% for m in ['a'] %}{{ m }}{% endfor %}{% for m in messages %}{{ m['content'] }}{% endfor %}",
+            None,
+            id="a_message_name_bound_to_something_else",
+        ),
+        pytest.param("{% set messages = [] %}{{ messages }}", None, id="messages_rebound"),
+        pytest.param(
+            "{{ documents }}{% for m in messages %}{{ m['content'] }}{% endfor %}", None, id="names_documents"
+        ),
+    ],
+)
+def test_message_keys_are_proved_only_for_constant_reads(template, keys):
+    from renderer.chat.sandbox import ENV
+
+    source = template if template is not None else _renderer().engine()[0].source
+    ast = ENV.parse(source)
+    assert compiled_template.unsupported_construct(ast) is None
+    assert compiled_template.message_keys(ast) == (None if keys is None else frozenset(keys))
+
+
+def test_tool_chats_on_a_template_that_reads_neither_render_on_minijinja(compiled_calls):
+    """The default model's template reads each message's role and content only: a chat with tools,
+    tool calls and tool results renders on minijinja, cut to those keys, with Jinja's prompt."""
+    messages = [
+        {"role": "user", "content": "weather?", "name": "ann"},
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"t": 21}'},
+    ]
+    params = ChatParams.from_request({"tools": TOOLS, "tool_choice": "auto"})
+    got = _outcome(_renderer(), messages, params)
+    assert got[0] == "prompt" and got == _outcome(_renderer(engine="jinja2"), messages, params)
+    assert compiled_calls == [True]
 
 
 def test_content_parts_flattened_to_a_string_render_on_minijinja(compiled_calls):
