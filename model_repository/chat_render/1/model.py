@@ -36,7 +36,9 @@ class TritonPythonModel:
         # Compiles the model's template, and starts the request-template worker when trusted.
         self.stage.warmup()
         choice = self.stage.chat.engine()[1]
-        pb_utils.Logger.log_info(f"chat_render: chat template engine for the model's template {choice.engine} ({choice.reason})")
+        pb_utils.Logger.log_info(
+            f"chat_render: chat template engine for the model's template {choice.engine} ({choice.reason})"
+        )
 
     def finalize(self) -> None:
         self.stage.close()
