@@ -60,7 +60,38 @@ def test_process_tree_cpu_counts_children() -> None:
         deadline = time.monotonic() + 10
         while cpu_cost.cpu_seconds(child.pid) < 0.25 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert overload_signal.tree_cpu_seconds(os.getpid()) - cpu_cost.cpu_seconds(os.getpid()) >= 0.25
+        # Clock ticks are whole hundredths: 1.15 - 0.9 is 0.2499... in floats, so compare in ticks.
+        children = overload_signal.tree_cpu_seconds(os.getpid()) - cpu_cost.cpu_seconds(os.getpid())
+        assert round(children, 2) >= 0.25
     finally:
         child.kill()
         child.wait()
+
+
+def _row(server: str, model: str, tokenize: float, total: float, rps: float) -> dict:
+    return {
+        "server": server,
+        "model": model,
+        "requests_per_s": rps,
+        "cpu_us_per_request": {"tritonserver": total - tokenize, "tokenize": tokenize},
+        "cpu_us_per_request_total": total,
+    }
+
+
+def test_cpu_cost_summary_takes_medians_per_server_and_ours_over_the_floor() -> None:
+    rows = [
+        _row("ours", "render_chat", 200.0, 800.0, 1500.0),
+        _row("floor", "render_chat", 100.0, 500.0, 3000.0),
+        _row("ours", "render_chat", 260.0, 900.0, 1400.0),
+        _row("floor", "render_chat", 120.0, 520.0, 3100.0),
+        _row("ours", "render_chat", 230.0, 860.0, 1450.0),
+        _row("floor", "render_chat", 110.0, 510.0, 2900.0),
+        _row("ours", "render_completion", 150.0, 600.0, 2000.0),
+    ]
+    ours, completion, floor = cpu_cost.summary(rows)  # by server, then model, as first seen
+    assert (ours["server"], ours["model"], ours["rounds"]) == ("ours", "render_chat", 3)
+    assert ours["cpu_us_per_request"] == {"tritonserver": 630.0, "tokenize": 230.0}
+    assert ours["cpu_us_per_request_total"] == 860.0 and ours["cpu_us_per_request_total_range"] == [800.0, 900.0]
+    assert floor["cpu_us_per_request_total"] == 510.0 and floor["requests_per_s"] == 3000.0
+    assert ours["of_floor_cpu"] == round(860 / 510, 2) and "of_floor_cpu" not in floor
+    assert completion["model"] == "render_completion" and "of_floor_cpu" not in completion  # no floor row
