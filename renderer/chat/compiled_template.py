@@ -148,7 +148,7 @@ def message_keys(ast: nodes.Template) -> frozenset[str] | None:
             it = it.node
         return isinstance(it, nodes.Name) and it.name == "messages"
 
-    message_vars = set()
+    message_vars: set[str] = set()
     for loop in ast.find_all(nodes.For):
         if over_messages(loop):
             if not isinstance(loop.target, nodes.Name):
@@ -200,7 +200,8 @@ def _key_read(expr: nodes.Node, parents: Mapping[int, nodes.Node]) -> str | None
 
 
 class CompiledChatTemplate:
-    """The model's template compiled by minijinja, serving plain chats only (see the module)."""
+    """The model's template compiled by minijinja, serving the chats ``conversation_for`` admits
+    (see the module)."""
 
     def __init__(
         self,
@@ -236,6 +237,8 @@ class CompiledChatTemplate:
             return None
         if self.keys is None:
             return conversation if tools is None and is_plain(conversation) else None
+        if is_plain(conversation, self._required):
+            return conversation  # nothing to cut: a key it holds and the template skips is never read
         keys = self.keys
         cut = []
         for message in conversation:
