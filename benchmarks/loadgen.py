@@ -57,6 +57,13 @@ def triton_request(req: dict[str, Any]) -> Request:
     return "/v2/models/render_chat/generate", json.dumps(body, ensure_ascii=False).encode()
 
 
+def floor_expected(n: int) -> list[list[int]]:
+    """What each of ``n`` requests to the Triton floor answers: its stand-in's placeholder ids."""
+    from benchmarks.floor import PLACEHOLDER_IDS
+
+    return [list(PLACEHOLDER_IDS)] * n
+
+
 def peer_ids(doc: Any) -> list[int]:
     return list((doc[0] if isinstance(doc, list) else doc)["token_ids"])
 
@@ -190,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", required=True, help="host:port")
     ap.add_argument("--input", required=True, help="an input name (benchmarks/inputs/NAME.json)")
     ap.add_argument("--expected", help="JSON {input name: [ids per request]} to check every response against")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="the target is the Triton floor: check every response against its stand-in's placeholder ids, "
+        "so the client parses and compares as much as for ours",
+    )
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--max-requests", type=int)
@@ -202,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         requests, extract = [triton_request(r) for r in reqs], triton_ids
     expected = json.loads(Path(a.expected).read_text())[a.input] if a.expected else None
+    if a.floor:
+        expected = floor_expected(len(requests))
     host, _, port = a.url.rpartition(":")
     out = asyncio.run(
         run_load(

@@ -298,8 +298,9 @@ def loadgen_row(
         "--warmup-s",
         str(warmup_s),
     ]
-    if check_ids:  # the floor's stand-ins return placeholder ids: only the status is checked there
-        cmd += ["--expected", str(WORK / "expected_ids.json")]
+    # Every response is parsed and its ids compared, the floor's too (against its stand-in's
+    # placeholder ids): the client's own CPU, on the same cores, is then the same for both.
+    cmd += ["--expected", str(WORK / "expected_ids.json")] if check_ids else ["--floor"]
     if max_requests:
         cmd += ["--max-requests", str(max_requests)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -840,7 +841,7 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
                 by_loadgen("triton", f"127.0.0.1:{s.http_port}", "ours loadgen"),
                 lg_levels,
             ),
-            # The floor's stand-ins answer placeholder ids: only the status is checked there.
+            # The floor's stand-ins answer placeholder ids: those are what is checked there.
             h2h.Target(
                 "floor loadgen",
                 "floor_loadgen",

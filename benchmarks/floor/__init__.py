@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 STAGES = ("tokenize", "chat_render")
 """The stages that have a stand-in here."""
 
+PLACEHOLDER_IDS = tuple(range(1, 201))
+"""The ids the ``tokenize`` stand-in answers for every prompt: what the load generator checks the
+floor's responses against, so it parses and compares them as it does ours."""
+
 
 def repository_with_stand_ins(dst: Path, replaced: tuple[str, ...] = STAGES) -> Path:
     """A copy of ``model_repository/`` at ``dst`` with the ``replaced`` stages' ``model.py``
