@@ -15,7 +15,9 @@ tool lists switched off) back to back, so the ratio is taken under the same mach
 medians over the rounds. Each round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
 on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (issue 26,
 lever 3; rows ``stage.engine``), and with the plain-message parse (``messages.plain_message``)
-against the general parse of every message, back to back (rows ``stage.parse``).
+against the general parse of every message, back to back (rows ``stage.parse``), and with the
+request fields' JSON parsed by orjson where it provably equals ``json`` against ``json`` alone
+(``renderer/json_fields.py``; rows ``stage.json``).
 
     .venv/bin/python -m benchmarks.chat_validation [--model build/models/smollm2-135m-instruct] [--rounds 9]
 """
@@ -72,6 +74,7 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     from renderer.chat import ChatParams, ChatRenderer
     from renderer.chat import messages as messages_mod
     from renderer.chat import request as request_mod
+    from renderer import json_fields
     from renderer.chat_stage import ChatStage
 
     chat = ChatRenderer.from_model_dir(model_dir, mm_limits={})
@@ -124,6 +127,12 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
                 messages_mod.plain_message = (lambda *a: None) if mode == "general" else plain  # type: ignore[assignment]
                 samples.setdefault((name, "stage.parse", mode), []).append(_per_call_us(stage_render, reqs, seconds))
             messages_mod.plain_message = plain  # type: ignore[assignment]
+            compiled = json_fields._compiled_parse
+            for mode in ("orjson", "json"):
+                # json alone: the compiled parse switched off (every text refused to it, as before).
+                json_fields._compiled_parse = (lambda *a: json_fields._REFUSED) if mode == "json" else compiled  # type: ignore[assignment]
+                samples.setdefault((name, "stage.json", mode), []).append(_per_call_us(stage_render, reqs, seconds))
+            json_fields._compiled_parse = compiled  # type: ignore[assignment]
     if fast is not None:
         request_mod.fast_validate = fast  # type: ignore[attr-defined]
         request_mod._validate_with_known_tools = known  # type: ignore[attr-defined]
@@ -151,6 +160,8 @@ def main() -> None:
             ratio = f"{by_key[(r['set'], r['what'], 'jinja2')] / r['median_us']:.2f}x (jinja2/auto)"
         elif r["mode"] == "plain":
             ratio = f"{by_key[(r['set'], r['what'], 'general')] / r['median_us']:.2f}x (general/plain)"
+        elif r["mode"] == "orjson":
+            ratio = f"{by_key[(r['set'], r['what'], 'json')] / r['median_us']:.2f}x (json/orjson)"
         print(f"{r['set']:<10} {r['what']:<16} {r['mode']:<8} {r['median_us']:>14.1f}  {ratio}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
