@@ -278,7 +278,7 @@ def loadgen_row(
     seconds: float,
     max_requests: int | None = None,
     warmup_s: float = 0.5,
-    check_ids: bool = True,
+    floor: bool = False,
     label: str | None = None,
 ) -> dict[str, Any]:
     cmd = [
@@ -300,7 +300,7 @@ def loadgen_row(
     ]
     # Every response is parsed and its ids compared, the floor's too (against its stand-in's
     # placeholder ids): the client's own CPU, on the same cores, is then the same for both.
-    cmd += ["--expected", str(WORK / "expected_ids.json")] if check_ids else ["--floor"]
+    cmd += ["--floor"] if floor else ["--expected", str(WORK / "expected_ids.json")]
     if max_requests:
         cmd += ["--max-requests", str(max_requests)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -404,7 +404,7 @@ def run_floor(plan: Plan) -> list[dict[str, Any]]:
                     name,
                     c,
                     plan.loadgen_seconds,
-                    check_ids=False,
+                    floor=True,
                     label="floor, loadgen -> Triton generate",
                 )
                 rows.append({**row, "model": model})
@@ -809,12 +809,12 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
                 label="head-to-head, floor grpc",
             )
 
-        def by_loadgen(target: str, url: str, label: str, check_ids: bool = True) -> h2h.Measure:
+        def by_loadgen(target: str, url: str, label: str, floor: bool = False) -> h2h.Measure:
             """The Python load generator (keep-alive JSON over HTTP) as a client would drive each server."""
 
             def measure(model: str, name: str, c: int) -> dict[str, Any]:
                 row = loadgen_row(
-                    target, url, name, c, plan.h2h_loadgen_seconds, check_ids=check_ids, label=f"head-to-head, {label}"
+                    target, url, name, c, plan.h2h_loadgen_seconds, floor=floor, label=f"head-to-head, {label}"
                 )
                 if row.get("errors") or row.get("mismatched"):
                     # A wrong answer is no speed: out of the medians, into the run's errors.
@@ -845,7 +845,7 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
             h2h.Target(
                 "floor loadgen",
                 "floor_loadgen",
-                by_loadgen("triton", f"127.0.0.1:{fs.http_port}", "floor loadgen", check_ids=False),
+                by_loadgen("triton", f"127.0.0.1:{fs.http_port}", "floor loadgen", floor=True),
                 lg_levels,
             ),
         ]

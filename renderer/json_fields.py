@@ -78,7 +78,11 @@ def _compiled_parse(text: str) -> Any:
     (made once anyway, for the depth limit). ``tests/unit/test_json_fields.py`` holds the two equal.
     """
     try:
-        value = _orjson_loads()(text)
+        # Imported here: the llm stub in vLLM's own environment, which has no orjson, imports this
+        # module (through triton_io) and never parses a request field.
+        import orjson
+
+        value = orjson.loads(text)
     except ValueError:  # orjson.JSONDecodeError
         return _REFUSED
     kind = type(value)
@@ -107,18 +111,6 @@ def _depth_no_float(value: Any, depth: int, limit: int) -> int | None:
         elif kind is float:
             raise _FloatLeafError
     return None
-
-
-_ORJSON_LOADS: Any = None
-
-
-def _orjson_loads() -> Any:
-    global _ORJSON_LOADS
-    if _ORJSON_LOADS is None:
-        import orjson  # lazy: a process that parses no request field never loads it
-
-        _ORJSON_LOADS = orjson.loads
-    return _ORJSON_LOADS
 
 
 def nesting_error(field: str) -> RequestNestingError | ParamsNestingError:

@@ -20,7 +20,10 @@ async def _serve(ids: list[int]) -> tuple[asyncio.AbstractServer, int]:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return  # the client closed its connection
             length = next(
                 int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
             )
