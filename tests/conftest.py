@@ -90,6 +90,40 @@ def pytest_runtest_protocol(item, nextitem):
         subprocess.Popen.__init__ = real_popen_init
 
 
+# What a failed live test shows of each server it used: the lines that say whether tritonserver
+# died, restarted or was ended, and why (CI keeps no build folder to read afterwards).
+_SERVER_LOG_TAILS = (("supervisor_log_file", 40), ("log_file", 60))
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"({e.strerror})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed live test's report carries the tails of its servers' logs (supervisor, watchdog,
+    tritonserver): a server that crashed or restarted under a test is then named in CI's output."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or item.get_closest_marker("live") is None:
+        return
+    seen: set[Path] = set()
+    for value in getattr(item, "funcargs", {}).values():
+        build = getattr(value, "build", None)
+        if not isinstance(build, Path) or build in seen:
+            continue
+        seen.add(build)
+        for attr, lines in _SERVER_LOG_TAILS:
+            path = getattr(value, attr)
+            report.sections.append((f"{path} (last {lines} lines)", _tail(path, lines)))
+        watchdog = build / "watchdog.log"
+        report.sections.append((f"{watchdog} (last 20 lines)", _tail(watchdog, 20)))
+
+
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
     from model_builders.default_model import build

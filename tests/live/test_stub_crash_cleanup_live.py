@@ -74,7 +74,11 @@ def default_server(server_settings):
 
 
 def server_pid(s) -> int:
-    return int(Path(s.pid_file).read_text())
+    try:
+        return int(Path(s.pid_file).read_text())
+    except FileNotFoundError:
+        # The supervisor unlinks it when the server exits or is ended (its log, in the report, says why).
+        pytest.fail(f"tritonserver's pid file {s.pid_file} is gone: the server exited or was ended")
 
 
 def stub_pids(s, model: str) -> set[int]:
