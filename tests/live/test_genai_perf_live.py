@@ -65,9 +65,12 @@ def profile(tmp_path: Path, target: list[str], model_dir: Path, streaming: bool)
         "0",
         "--artifact-dir",
         str(tmp_path),
+        # Verbose: genai-perf otherwise sends its perf_analyzer's output to /dev/null, and a failed
+        # run then says nothing of what perf_analyzer saw.
+        "--verbose",
     ] + (["--streaming"] if streaming else [])
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
     [summary] = tmp_path.glob("*/profile_export_genai_perf.json")
     stats = json.loads(summary.read_text())
     export = json.loads(summary.with_name("profile_export.json").read_text())
