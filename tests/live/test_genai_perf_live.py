@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -70,6 +73,15 @@ def profile(tmp_path: Path, target: list[str], model_dir: Path, streaming: bool)
         "--verbose",
     ] + (["--streaming"] if streaming else [])
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    if run.returncode != 0 and export_lost_after_success(tmp_path, run.stdout):
+        warnings.warn(
+            f"genai-perf's perf_analyzer counted {REQUESTS} successful requests and left an empty"
+            " profile export; profiling once more",
+            stacklevel=1,
+        )
+        for folder in [p for p in tmp_path.iterdir() if p.is_dir()]:
+            shutil.rmtree(folder)
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
     [summary] = tmp_path.glob("*/profile_export_genai_perf.json")
     stats = json.loads(summary.read_text())
@@ -77,6 +89,27 @@ def profile(tmp_path: Path, target: list[str], model_dir: Path, streaming: bool)
     requests = [r for e in export["experiments"] for r in e["requests"]]
     sent = json.loads(summary.with_name("inputs.json").read_text())["data"][0]
     return stats, requests, sent
+
+
+def export_lost_after_success(artifacts: Path, stdout: str) -> bool:
+    """perf_analyzer 2.51's known slip, and only it: it exits 0 with an empty profile export
+    (genai-perf then fails parsing it) after its own report counted every request as successful on
+    the client and on the server, with no error. Seen about once in 25 streamed profiles of this
+    test against a healthy server (2026-12-06); a request that failed, or any other failure, is
+    never this."""
+    exports = list(artifacts.glob("*/profile_export.json"))
+    if len(exports) != 1 or exports[0].stat().st_size != 0:
+        return False
+    start, end = stdout.find("Running Perf Analyzer"), stdout.find("Loading response data")
+    report = stdout[start:end] if 0 <= start < end else ""
+    client, _, server = report.partition("Server:")
+    served = re.findall(r"Successful request count: (\d+)", server)  # the ensemble, then each step
+    return (
+        f"Request count: {REQUESTS}\n" in client
+        and bool(served)
+        and all(int(n) == REQUESTS for n in served)
+        and "error" not in report.lower()
+    )
 
 
 def every_request_succeeded(stats: dict, requests: list[dict], text_of) -> None:
