@@ -81,6 +81,17 @@ def server_pid(s) -> int:
         pytest.fail(f"tritonserver's pid file {s.pid_file} is gone: the server exited or was ended")
 
 
+def wait_for_watchdog(s, timeout_s: float = 30.0) -> None:
+    """Until this server's watchdog has taken its baseline of stubs (it does once the server is
+    ready): a stub killed before that is found by another path (fewer stubs than the configs say)."""
+    watchdog_log = Path(s.build_dir) / "watchdog.log"
+    marker = f"stubs of tritonserver pid {server_pid(s)}\n"  # this server's watchdog, not an earlier one's
+    deadline = time.monotonic() + timeout_s
+    while marker not in (watchdog_log.read_text() if watchdog_log.exists() else ""):
+        assert time.monotonic() < deadline, "the watchdog never started watching"
+        time.sleep(0.2)
+
+
 def stub_pids(s, model: str) -> set[int]:
     return {pid for pid, stub in stubs_of(server_pid(s)).items() if stub.model == model}
 
@@ -121,13 +132,7 @@ def test_crashed_stub_leaves_nothing_behind(default_server, hf_tokenizer):
     assert len(old_regions) == INSTANCES and all(os.path.exists(r) for r in old_regions)
     others = {p for p, stub in stubs_of(pid).items() if stub.model != "chat_render"}
 
-    # The watchdog takes its baseline of stubs once the server is ready; kill only after it has.
-    watchdog_log = Path(s.build_dir) / "watchdog.log"
-    wait_until = time.monotonic() + 30
-    marker = f"stubs of tritonserver pid {pid}\n"  # this server's watchdog, not an earlier one's
-    while marker not in (watchdog_log.read_text() if watchdog_log.exists() else ""):
-        assert time.monotonic() < wait_until, "the watchdog never started watching"
-        time.sleep(0.2)
+    wait_for_watchdog(s)
     victim = min(old)
     log_before = Path(s.log_file).stat().st_size
     # SIGSEGV, as a native crash dies: the stub writes its threads' Python stacks first.
@@ -226,6 +231,7 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     engine's sends to the dead stub block only that request's outbox (triton_io/outbox.py),
     where they used to block the engine for good."""
     s = chat_server
+    wait_for_watchdog(s)  # the kill below is then seen as a stub that died
     [victim] = stub_pids(s, "detokenize")
     with RendererClient(f"{s.host}:{s.grpc_port}", "grpc", timeout_s=60) as c:
         [before] = list(c.generate("chat", messages=HI, max_tokens=8))
