@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,8 @@ def same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if type(a).__name__ == "ValidatorIterator":  # lazy content parts (full path only): what they read
         return same(read_lazy(a), read_lazy(b))
+    if isinstance(a, float) and math.isnan(a):  # NaN is never == itself; both NaN is the same value
+        return math.isnan(b)
     return bool(a == b)
 
 
