@@ -81,7 +81,7 @@ def reap(pid: int) -> None:
 def start_watchdog(s: Settings, server_pid: int, token: str) -> subprocess.Popen:
     """Beside the server: reloads a model whose stub died (launcher/watchdog.py says why)."""
     env = {**server_env(), "WATCHDOG_TOKEN": token}
-    with open(s.build / "watchdog.log", "ab") as log:
+    with open(s.watchdog_log_file, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "launcher.watchdog", "--server-pid", str(server_pid), "--http-url", s.http_url],
             env=env,

@@ -278,6 +278,10 @@ class Settings:
         return self.build / "supervisor.log"
 
     @property
+    def watchdog_log_file(self) -> Path:
+        return self.build / "watchdog.log"
+
+    @property
     def settings_file(self) -> Path:
         """These settings, for the background supervisor ``start`` runs."""
         return self.build / "settings.json"

@@ -92,7 +92,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 # What a failed live test shows of each server it used: the lines that say whether tritonserver
 # died, restarted or was ended, and why (CI keeps no build folder to read afterwards).
-_SERVER_LOG_TAILS = (("supervisor_log_file", 40), ("log_file", 60))
+_SERVER_LOG_TAILS = (("supervisor_log_file", 40), ("log_file", 60), ("watchdog_log_file", 20))
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -120,8 +120,6 @@ def pytest_runtest_makereport(item, call):
         for attr, lines in _SERVER_LOG_TAILS:
             path = getattr(value, attr)
             report.sections.append((f"{path} (last {lines} lines)", _tail(path, lines)))
-        watchdog = build / "watchdog.log"
-        report.sections.append((f"{watchdog} (last 20 lines)", _tail(watchdog, 20)))
 
 
 @pytest.fixture(scope="session")

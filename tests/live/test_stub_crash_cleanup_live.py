@@ -84,7 +84,7 @@ def server_pid(s) -> int:
 def wait_for_watchdog(s, timeout_s: float = 30.0) -> None:
     """Until this server's watchdog has taken its baseline of stubs (it does once the server is
     ready): a stub killed before that is found by another path (fewer stubs than the configs say)."""
-    watchdog_log = Path(s.build_dir) / "watchdog.log"
+    watchdog_log = s.watchdog_log_file
     marker = f"stubs of tritonserver pid {server_pid(s)}\n"  # this server's watchdog, not an earlier one's
     deadline = time.monotonic() + timeout_s
     while marker not in (watchdog_log.read_text() if watchdog_log.exists() else ""):
@@ -194,7 +194,7 @@ def test_watchdog_expects_the_stubs_the_server_runs(default_server):
     expected = expected_stubs(s.http_url, watchdog_token(s))
     assert expected["chat_render"] == INSTANCES
     assert expected == counts
-    assert "fewer stubs" not in (Path(s.build_dir) / "watchdog.log").read_text()
+    assert "fewer stubs" not in s.watchdog_log_file.read_text()
 
 
 @pytest.fixture()
