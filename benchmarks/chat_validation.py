@@ -17,7 +17,9 @@ on minijinja for plain chats, where proven equal) against ``jinja2``, back to ba
 lever 3; rows ``stage.engine``), and with the plain-message parse (``messages.plain_message``)
 against the general parse of every message, back to back (rows ``stage.parse``), and with the
 request fields' JSON parsed by orjson where it provably equals ``json`` against ``json`` alone
-(``renderer/json_fields.py``; rows ``stage.json``).
+(``renderer/json_fields.py``; rows ``stage.json``), and with the plain-chat lane against without it
+(``renderer/chat/plain_lane.py``; rows ``stage.lane``: the lane is off in every other row, so each
+of them measures its own lever as before the lane).
 
     .venv/bin/python -m benchmarks.chat_validation [--model build/models/smollm2-135m-instruct] [--rounds 9]
 """
@@ -105,9 +107,18 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     def stage_render(r: dict[str, Any]) -> Any:
         return stage.render(r["raw_messages"], r["bag"])
 
+    # The plain-chat lane (renderer/chat/plain_lane.py) would take the plain chats past every lever
+    # below: off for their rows, measured on its own in rows ``stage.lane``.
+    lanes = {r: r._plain_lane for r in (chat, stage.chat)}
+
+    def lane(on: bool) -> None:
+        for r, built in lanes.items():
+            r._plain_lane = built if on else None
+
     samples: dict[tuple[str, str, str], list[float]] = {}
     for _ in range(rounds):
         for name, reqs in sets.items():
+            lane(False)
             for what, fn in (("validate", validate), ("render_messages", render), ("stage.render", stage_render)):
                 for mode in modes:
                     # The full path: the fast path and the known tool lists switched off
@@ -133,6 +144,10 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
                 json_fields._compiled_parse = (lambda *a: json_fields._REFUSED) if mode == "json" else compiled  # type: ignore[assignment]
                 samples.setdefault((name, "stage.json", mode), []).append(_per_call_us(stage_render, reqs, seconds))
             json_fields._compiled_parse = compiled  # type: ignore[assignment]
+            for mode in ("lane", "nolane"):
+                lane(mode == "lane")
+                samples.setdefault((name, "stage.lane", mode), []).append(_per_call_us(stage_render, reqs, seconds))
+    lane(True)
     if fast is not None:
         request_mod.fast_validate = fast  # type: ignore[attr-defined]
         request_mod._validate_with_known_tools = known  # type: ignore[attr-defined]
@@ -162,6 +177,8 @@ def main() -> None:
             ratio = f"{by_key[(r['set'], r['what'], 'general')] / r['median_us']:.2f}x (general/plain)"
         elif r["mode"] == "orjson":
             ratio = f"{by_key[(r['set'], r['what'], 'json')] / r['median_us']:.2f}x (json/orjson)"
+        elif r["mode"] == "lane":
+            ratio = f"{by_key[(r['set'], r['what'], 'nolane')] / r['median_us']:.2f}x (nolane/lane)"
         print(f"{r['set']:<10} {r['what']:<16} {r['mode']:<8} {r['median_us']:>14.1f}  {ratio}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

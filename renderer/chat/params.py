@@ -87,7 +87,7 @@ class ChatParams:
     def from_request(cls, bag: Mapping[str, Any] | None) -> "ChatParams":
         """Parse a request's ``chat_params`` bag over the defaults."""
         if (bag is None or (type(bag) is dict and not bag)) and cls is ChatParams:
-            return _DEFAULT_PARAMS  # frozen; most requests send no bag, or an empty one
+            return DEFAULT_PARAMS  # frozen; most requests send no bag, or an empty one
         return cls().with_request(bag)
 
     def with_request(self, bag: Mapping[str, Any] | None) -> "ChatParams":
@@ -143,7 +143,9 @@ class ChatParams:
         return merged
 
 
-_DEFAULT_PARAMS = ChatParams()
+DEFAULT_PARAMS = ChatParams()
+"""The parameters of a request that sends no ``chat_params`` (or an empty bag): ``from_request``
+returns this one object, which the renderer's plain-chat lane recognises by identity."""
 
 
 # --- field parsers ------------------------------------------------------------------------------

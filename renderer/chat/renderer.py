@@ -32,7 +32,8 @@ from . import compiled_template
 from .apply import apply_chat_template, resolve_template_kwargs
 from .content_format import resolve_content_format
 from .messages import MultiModalItem, developer_to_system, parse_messages
-from .params import ChatParams
+from .params import DEFAULT_PARAMS, ChatParams
+from .plain_lane import PlainLane
 from .request import validate_chat_request
 from .sandbox import TemplateLimits
 from .template import ChatTemplateSource, resolve_chat_template
@@ -123,6 +124,8 @@ class ChatRenderer:
         """``auto``: chats on the model's template render on minijinja where proven equal (``compiled_template``)."""
         self._compiled: compiled_template.CompiledChatTemplate | None = None
         self._engine_choice: compiled_template.EngineChoice | None = None
+        self._plain_lane: PlainLane | None = None
+        """Plain chats under the default parameters (``plain_lane.py``); built by ``warmup``."""
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ChatRenderer":
@@ -131,6 +134,11 @@ class ChatRenderer:
 
     def render_messages(self, messages: Any, params: ChatParams) -> RenderedChat:
         """Render OpenAI chat ``messages``; raises a ``RenderError`` naming what was wrong."""
+        lane = self._plain_lane
+        if lane is not None and params is DEFAULT_PARAMS:
+            plain = lane.render(messages)
+            if plain is not None:
+                return RenderedChat(plain[0], plain[1], (), "string", lane.output_parsing)
         request = validate_chat_request(messages, params.tools, params.documents, params.tool_choice)
         if self.tool_choice_policy is not None:  # before the template's trust, as in vLLM
             self.tool_choice_policy.check(request.tool_choice)
@@ -210,6 +218,48 @@ class ChatRenderer:
                 self._engine_choice.reason,
             )
         return self._compiled, self._engine_choice
+
+    def _build_plain_lane(self) -> PlainLane | None:
+        """The plain-chat lane, when the full path's parameter-dependent steps, run once here for
+        the default parameters, leave a plain chat's render to the compiled template alone: the
+        tool choice "none" allowed, no template kwarg but ``add_generation_prompt``, the "string"
+        content format, the model's template served by minijinja. Held to the full path on the
+        warm-up chat before it serves; None (every chat takes the full path) otherwise."""
+        compiled = self.engine()[0]
+        params = DEFAULT_PARAMS
+        if compiled is None or params.chat_template_kwargs or params.request_template is not None:
+            return None
+        try:
+            request = validate_chat_request(WARMUP_MESSAGES, params.tools, params.documents, params.tool_choice)
+            if request.tools is not None or request.documents is not None:
+                return None
+            if self.tool_choice_policy is not None:
+                self.tool_choice_policy.check(request.tool_choice)
+            self._check_trust(params)
+            self._check_mm_kwargs(params)
+            if self._content_format(params, None)[0] != "string":
+                return None
+            template = resolve_chat_template(self.source, None, None)
+            if template is not compiled.source and template != compiled.source:
+                return None
+            agp = compiled_template.plain_kwargs(resolve_template_kwargs(template, params.template_kwargs(None)))
+            if agp is None:
+                return None
+            parsing = (
+                self.tool_choice_policy.output_parsing(None, request.tool_choice)
+                if self.tool_choice_policy is not None
+                else OutputParsing()
+            )
+            lane = PlainLane(compiled, agp, parsing)
+            served = lane.render(WARMUP_MESSAGES)
+            # A ChatParams() equal to, not the same object as, the defaults: the full path.
+            full = self.render_messages(WARMUP_MESSAGES, ChatParams())
+        except RenderError:
+            return None
+        if served is None or RenderedChat(served[0], served[1], (), "string", parsing) != full:
+            logger.warning("plain-chat lane off: it renders the warm-up chat unlike the full path")
+            return None
+        return lane
 
     def _is_request_template(self, chat_template: str | None) -> bool:
         """Whether ``chat_template`` is the request's own text, not absent and not the name of one
@@ -291,6 +341,7 @@ class ChatRenderer:
         self.engine()
         try:
             self.render_messages(WARMUP_MESSAGES, params or ChatParams())
+            self._plain_lane = self._build_plain_lane()
             return True
         except ChatTemplateResolutionError:
             logger.debug("This model does not support chat template.")
