@@ -149,7 +149,9 @@ class Plan:
             8,
             16,
             3.0,
-            [1, 8],
+            # The load generator at perf_analyzer's head-to-head levels: best against best over the
+            # same range (vLLM's render server peaks by c=8, ours past it).
+            [1, 8, 16],
             4.0,
             5,
             [1, 8, 16],
