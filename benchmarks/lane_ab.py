@@ -1,0 +1,151 @@
+"""The plain-chat lane served against the same server without it, both up, alternating rounds.
+
+``make bench`` compares runs minutes or hours apart, and on a shared machine the spread between
+runs of the same code is as large as one change's effect. This serves ``render_chat`` twice at
+once: the repository as it is, and a copy whose ``chat_render`` turns the plain-chat lane off
+after its warmup (``renderer/chat/plain_lane.py``; every chat then takes the full path, as before
+the lane). perf_analyzer drives each on chat_mix, the two runs of a concurrency level back to back and their
+order reversed every other round, recording each process's CPU per request
+(``benchmarks.instances.measure``); the ratio of each such pair, whose runs share a stretch of the
+machine's load, is reported beside the medians.
+
+    python -m benchmarks.lane_ab [--rounds 4] [--concurrency 1,8,16] [--protocol grpc]
+
+Writes ``benchmarks/results/lane_ab.json``: each variant's runs and medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.instances import measure
+from benchmarks.layout import ROOT, WORK
+
+OUT = ROOT / "benchmarks" / "results" / "lane_ab.json"
+BASE_PORT = 19800
+VARIANTS = ("lane", "no lane")
+
+# Appended to the copy's chat_render model.py: the same adapter, the lane dropped once built.
+LANE_OFF = '''
+
+_initialize_with_lane = TritonPythonModel.initialize
+
+
+def _initialize_without_lane(self, args):  # benchmarks/lane_ab.py: every chat on the full path
+    _initialize_with_lane(self, args)
+    self.stage.chat._plain_lane = None
+
+
+TritonPythonModel.initialize = _initialize_without_lane
+'''
+
+
+def repository_without_lane(dst: Path) -> Path:
+    """A copy of ``model_repository/`` whose ``chat_render`` serves every chat on the full path."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(ROOT / "model_repository", dst, ignore=shutil.ignore_patterns("__pycache__"))
+    model = dst / "chat_render" / "1" / "model.py"
+    model.write_text(model.read_text() + LANE_OFF)
+    return dst
+
+
+def start(variant: str, index: int) -> Any:
+    from benchmarks.run import server_settings, start_on
+    from launcher import cli as launch
+
+    slug = variant.replace(" ", "-")
+    port = BASE_PORT + 10 * index
+    s = server_settings(
+        models="render_chat",
+        build_dir=str(WORK / f"lane-ab-{slug}"),
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+    )
+    launch.stop(s)
+    templates = ROOT / "model_repository" if variant == "lane" else repository_without_lane(WORK / "lane-ab-templates")
+    if not start_on(s, templates):
+        raise RuntimeError(f"{variant}: server did not start; see {s.log_file}")
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--concurrency", default="1,8,16")
+    ap.add_argument("--protocol", choices=["http", "grpc"], default="grpc")
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args(argv)
+
+    from launcher import cli as launch
+
+    concurrencies = [int(c) for c in a.concurrency.split(",")]
+    WORK.mkdir(parents=True, exist_ok=True)
+    servers: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for i, variant in enumerate(VARIANTS):
+            servers[variant] = start(variant, i)
+        for r in range(a.rounds):
+            # Each level's two runs back to back (the machine's load drifts within a round).
+            for c in concurrencies:
+                for variant in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+                    m = measure(servers[variant], "render_chat", c, a.protocol)
+                    runs.setdefault(f"{variant} c={c}", []).append(m)
+                    print(
+                        f"round {r + 1} {variant:<7} c={c}: {m['requests_per_s']} req/s, p50 {m['p50_ms']:.2f} ms, "
+                        f"CPU us/request {m['cpu_us_per_request']}",
+                        flush=True,
+                    )
+    finally:
+        for s in servers.values():
+            launch.stop(s)
+    medians = {
+        key: {
+            "requests_per_s": statistics.median(m["requests_per_s"] for m in ms),
+            "p50_ms": statistics.median(m["p50_ms"] for m in ms),
+            "cpu_us_per_request": {
+                proc: statistics.median(m["cpu_us_per_request"].get(proc, 0) for m in ms)
+                for proc in ms[0]["cpu_us_per_request"]
+            },
+        }
+        for key, ms in runs.items()
+    }
+    # Lane over no lane within each round: a pair shares the stretch of the machine's load.
+    paired = {
+        c: [on["requests_per_s"] / off["requests_per_s"] for on, off in zip(runs[f"lane c={c}"], runs[f"no lane c={c}"])]
+        for c in concurrencies
+    }
+    report = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python -m benchmarks.lane_ab " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": "render_chat",
+        "input": "chat_mix",
+        "protocol": a.protocol,
+        "runs": runs,
+        "medians": medians,
+        "paired_throughput_ratio": {f"c={c}": [round(x, 3) for x in xs] for c, xs in paired.items()},
+        "median_paired_throughput_ratio": {f"c={c}": round(statistics.median(xs), 3) for c, xs in paired.items()},
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(report, indent=1) + "\n")
+    for c in concurrencies:
+        on, off = medians[f"lane c={c}"], medians[f"no lane c={c}"]
+        print(
+            f"c={c}: lane {on['requests_per_s']} req/s p50 {on['p50_ms']:.2f} ms, no lane {off['requests_per_s']} "
+            f"req/s p50 {off['p50_ms']:.2f} ms; paired throughput ratio {statistics.median(paired[c]):.3f}x; "
+            f"chat_render CPU {on['cpu_us_per_request'].get('chat_render')} vs {off['cpu_us_per_request'].get('chat_render')} us"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
