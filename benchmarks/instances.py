@@ -78,6 +78,21 @@ def measure(s: Any, model: str, concurrency: int, protocol: str) -> dict[str, An
     }
 
 
+def medians_of(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per key, the medians over its ``measure`` runs: throughput, p50, each process's CPU per request."""
+    return {
+        key: {
+            "requests_per_s": statistics.median(m["requests_per_s"] for m in ms),
+            "p50_ms": statistics.median(m["p50_ms"] for m in ms),
+            "cpu_us_per_request": {
+                proc: statistics.median(m["cpu_us_per_request"].get(proc, 0) for m in ms)
+                for proc in ms[0]["cpu_us_per_request"]
+            },
+        }
+        for key, ms in runs.items()
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="2/3,2/1,1/1", help="tokenize/chat_render counts; 0/0 is the default")
@@ -115,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in servers.values():
             launch.stop(s)
-    medians = {
-        key: {
-            "requests_per_s": statistics.median(m["requests_per_s"] for m in ms),
-            "p50_ms": statistics.median(m["p50_ms"] for m in ms),
-        }
-        for key, ms in runs.items()
-    }
+    medians = medians_of(runs)
     report = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m benchmarks.instances " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.instances import measure
+from benchmarks.instances import measure, medians_of
 from benchmarks.layout import ROOT, WORK
 
 OUT = ROOT / "benchmarks" / "results" / "lane_ab.json"
@@ -33,7 +33,7 @@ BASE_PORT = 19800
 VARIANTS = ("lane", "no lane")
 
 # Appended to the copy's chat_render model.py: the same adapter, the lane dropped once built.
-LANE_OFF = '''
+LANE_OFF = """
 
 _initialize_with_lane = TritonPythonModel.initialize
 
@@ -44,7 +44,7 @@ def _initialize_without_lane(self, args):  # benchmarks/lane_ab.py: every chat o
 
 
 TritonPythonModel.initialize = _initialize_without_lane
-'''
+"""
 
 
 def repository_without_lane(dst: Path) -> Path:
@@ -108,20 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in servers.values():
             launch.stop(s)
-    medians = {
-        key: {
-            "requests_per_s": statistics.median(m["requests_per_s"] for m in ms),
-            "p50_ms": statistics.median(m["p50_ms"] for m in ms),
-            "cpu_us_per_request": {
-                proc: statistics.median(m["cpu_us_per_request"].get(proc, 0) for m in ms)
-                for proc in ms[0]["cpu_us_per_request"]
-            },
-        }
-        for key, ms in runs.items()
-    }
+    medians = medians_of(runs)
     # Lane over no lane within each round: a pair shares the stretch of the machine's load.
     paired = {
-        c: [on["requests_per_s"] / off["requests_per_s"] for on, off in zip(runs[f"lane c={c}"], runs[f"no lane c={c}"])]
+        c: [
+            on["requests_per_s"] / off["requests_per_s"] for on, off in zip(runs[f"lane c={c}"], runs[f"no lane c={c}"])
+        ]
         for c in concurrencies
     }
     report = {

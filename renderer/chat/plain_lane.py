@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .messages import BILLING_HEADER
+from .messages import plain_message
 
 if TYPE_CHECKING:
     from ..output_parsers.request import OutputParsing
@@ -56,29 +56,17 @@ class PlainLane:
 
 def plain_conversation(messages: Any) -> list[dict[str, str]] | None:
     """The parsed conversation of a non-empty list of plain messages, exactly as validation and the
-    "string" format's parse build it (``role``, ``content``, then ``name`` when sent); None for
-    anything else. Each string must be valid UTF-8 as minijinja receives it (``is_plain``)."""
+    "string" format's parse build it (``messages.plain_message``: ``role``, ``content``, then
+    ``name`` when sent); None for anything else. Each string must be valid UTF-8 as minijinja
+    receives it (``is_plain``)."""
     if type(messages) is not list or not messages:
         return None
     conversation = []
     for msg in messages:
-        if type(msg) is not dict:
+        parsed = plain_message(msg, "string")
+        if parsed is None or parsed["role"] not in _ROLES or not _utf8(parsed["content"]):
             return None
-        role = msg.get("role")
-        content = msg.get("content")
-        if type(role) is not str or type(content) is not str or role not in _ROLES:
-            return None
-        size = len(msg)
-        if size == 2:
-            parsed = {"role": role, "content": content}
-        elif size == 3:
-            name = msg.get("name")
-            if type(name) is not str or not _utf8(name):
-                return None
-            parsed = {"role": role, "content": content, "name": name}
-        else:
-            return None
-        if not _utf8(content) or role == "system" and content.startswith(BILLING_HEADER):
+        if "name" in parsed and not _utf8(parsed["name"]):
             return None
         conversation.append(parsed)
     return conversation

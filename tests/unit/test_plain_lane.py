@@ -117,7 +117,12 @@ def test_same_as_the_full_path_on_the_whole_corpus(default_renderer):
 _ROLES = st.sampled_from(["system", "user", "assistant", "developer", "tool", "function", "narrator"])
 # Any code point, surrogates included (JSON can carry a lone one; minijinja must not see it).
 _TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=16)
-_VALUE = st.none() | st.integers(-3, 3) | _TEXT | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=2)
+_VALUE = (
+    st.none()
+    | st.integers(-3, 3)
+    | _TEXT
+    | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=2)
+)
 
 
 @st.composite
