@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import warnings
 from pathlib import Path
 
 import pytest
+from genai_perf_output import export_lost_after_success
 
 pytestmark = pytest.mark.live
 
@@ -73,7 +73,7 @@ def profile(tmp_path: Path, target: list[str], model_dir: Path, streaming: bool)
         "--verbose",
     ] + (["--streaming"] if streaming else [])
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    if run.returncode != 0 and export_lost_after_success(tmp_path, run.stdout):
+    if run.returncode != 0 and export_lost_after_success(tmp_path, run.stdout, REQUESTS):
         warnings.warn(
             f"genai-perf's perf_analyzer counted {REQUESTS} successful requests and left an empty"
             " profile export; profiling once more",
@@ -89,28 +89,6 @@ def profile(tmp_path: Path, target: list[str], model_dir: Path, streaming: bool)
     requests = [r for e in export["experiments"] for r in e["requests"]]
     sent = json.loads(summary.with_name("inputs.json").read_text())["data"][0]
     return stats, requests, sent
-
-
-def export_lost_after_success(artifacts: Path, stdout: str) -> bool:
-    """perf_analyzer 2.51's slip, and only it: it exits 0 with an empty profile export (genai-perf
-    then fails parsing it) after its own report counted every request as completed on the client
-    (and successful on every server step, where it reads Triton's counts), with no error. Seen
-    about once in 25 streamed profiles of this test against a healthy server (2026-12-06); a
-    request that failed, or any other failure, is never this."""
-    exports = list(artifacts.glob("*/profile_export.json"))
-    if len(exports) != 1 or exports[0].stat().st_size != 0:
-        return False
-    start, end = stdout.find("Running Perf Analyzer"), stdout.find("Loading response data")
-    report = stdout[start:end] if 0 <= start < end else ""
-    client, _, server = report.partition("Server:")
-    # Triton's own counts (the ensemble, then each step) where perf_analyzer reads them; the OpenAI
-    # front has none to read, and there the client's count of completed requests stands alone.
-    served = re.findall(r"Successful request count: (\d+)", server)
-    return (
-        f"Request count: {REQUESTS}\n" in client
-        and all(int(n) == REQUESTS for n in served)
-        and "error" not in report.lower()
-    )
 
 
 def every_request_succeeded(stats: dict, requests: list[dict], text_of) -> None:
