@@ -46,23 +46,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 
 def start(variant: str, index: int) -> Any:
     """Start the variant's server (same settings as ``make bench``'s, own ports and folder)."""
-    from benchmarks.run import server_settings, start_on
-    from launcher import cli as launch
+    from benchmarks.run import start_render_chat
 
     slug = variant.replace(" ", "-")
-    port = BASE_PORT + 10 * index
-    s = server_settings(
-        models="render_chat",
-        build_dir=str(WORK / f"split-{slug}"),
-        http_port=port,
-        grpc_port=port + 1,
-        metrics_port=port + 2,
-    )
-    launch.stop(s)
     repository = repository_with_stand_ins(WORK / f"split-templates-{slug}", VARIANTS[variant])
-    if not start_on(s, repository):
-        raise RuntimeError(f"{variant}: server did not start; see {s.log_file}")
-    return s
+    return start_render_chat(f"split-{slug}", BASE_PORT + 10 * index, repository)
 
 
 def main(argv: list[str] | None = None) -> int:

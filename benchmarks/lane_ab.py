@@ -58,23 +58,10 @@ def repository_without_lane(dst: Path) -> Path:
 
 
 def start(variant: str, index: int) -> Any:
-    from benchmarks.run import server_settings, start_on
-    from launcher import cli as launch
+    from benchmarks.run import start_render_chat
 
-    slug = variant.replace(" ", "-")
-    port = BASE_PORT + 10 * index
-    s = server_settings(
-        models="render_chat",
-        build_dir=str(WORK / f"lane-ab-{slug}"),
-        http_port=port,
-        grpc_port=port + 1,
-        metrics_port=port + 2,
-    )
-    launch.stop(s)
     templates = ROOT / "model_repository" if variant == "lane" else repository_without_lane(WORK / "lane-ab-templates")
-    if not start_on(s, templates):
-        raise RuntimeError(f"{variant}: server did not start; see {s.log_file}")
-    return s
+    return start_render_chat(f"lane-ab-{variant.replace(' ', '-')}", BASE_PORT + 10 * index, templates)
 
 
 def main(argv: list[str] | None = None) -> int:
