@@ -55,13 +55,23 @@ class Pod:
         return text if tail is None else text[-tail:]
 
     def tritonserver_pid(self) -> int | None:
-        """The pid (inside the container) of the one tritonserver process; None between restarts."""
+        """The pid (inside the container) of the one tritonserver process; None between restarts.
+
+        The Python backend forks each stub from tritonserver and then execs it: until the exec, the
+        child's command line is still tritonserver's. So a process counts only where its parent is
+        not a tritonserver too (CI once saw the server and such a child together, mid-restart).
+        """
         script = (
             "import os\n"
-            "for p in filter(str.isdigit, os.listdir('/proc')):\n"
-            "    try: argv0 = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0]\n"
-            "    except OSError: continue\n"
-            "    if argv0.endswith(b'/tritonserver'): print(p)\n"
+            "def argv0(p):\n"
+            "    try: return open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0]\n"
+            "    except OSError: return b''\n"
+            "def ppid(p):\n"
+            "    try: return open(f'/proc/{p}/stat', 'rb').read().rsplit(b')', 1)[1].split()[1].decode()\n"
+            "    except (OSError, IndexError): return ''\n"
+            "servers = [p for p in filter(str.isdigit, os.listdir('/proc')) if argv0(p).endswith(b'/tritonserver')]\n"
+            "for p in servers:\n"
+            "    if ppid(p) not in servers: print(p)\n"
         )
         pids = self.exec("python3", "-c", script).split()
         assert len(pids) <= 1, f"more than one tritonserver in the container: {pids}"
