@@ -16,15 +16,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def config_outputs(model: str) -> set[str]:
-    text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
+def config_outputs(model: str, config: str = "config.pbtxt") -> set[str]:
+    text = (ROOT / "model_repository" / model / config).read_text()
     block = text[text.index("output [") :]
     block = block[: block.index("]\n")]
     return set(re.findall(r'name:\s*"([^"]+)"', block))
 
 
-def stand_in_outputs(model: str) -> set[str]:
-    tree = ast.parse((ROOT / "benchmarks" / "floor" / f"{model}.py").read_text())
+def stand_in_outputs(module: str) -> set[str]:
+    tree = ast.parse((ROOT / "benchmarks" / "floor" / f"{module}.py").read_text())
     return {
         node.args[0].value
         for node in ast.walk(tree)
@@ -40,6 +40,48 @@ def test_floor_stand_in_answers_every_output_of_the_real_model(model):
     want = config_outputs(model)
     assert want, f"no outputs parsed from model_repository/{model}/config.pbtxt"
     assert stand_in_outputs(model) == want
+
+
+def test_image_floor_chat_render_answers_every_output_of_the_multimodal_config():
+    """``benchmarks.image_floor``'s ``chat_render`` stand-in serves the multimodal ensemble."""
+    want = config_outputs("chat_render", "config.multimodal.pbtxt")
+    assert {"mm_items", "mm_data", "mm_kwargs"} <= want
+    assert stand_in_outputs("mm_chat_render") == want
+
+
+def test_image_floor_recorded_answers_round_trip_with_their_keys(tmp_path):
+    """The image stand-ins answer what ``write_recorded`` saved, per chat length, BYTES included."""
+    import numpy as np
+
+    from benchmarks.floor import RECORDED, read_recorded, write_recorded
+
+    recorded = {
+        1_090_123: {
+            "rendered_prompt": np.array([b"<|vision_start|><|image_pad|>"], dtype=np.object_),
+            "mm_hashes": np.array([b"ab" * 32], dtype=np.object_),
+            "pixel_values": np.arange(12, dtype=np.float32).reshape(3, 4),
+            "image_grid_thw": np.array([[1, 2, 3]], dtype=np.int64),
+        },
+        77: {"input_ids": np.array([1, 2, 3], dtype=np.int32)},
+    }
+    write_recorded(tmp_path / RECORDED, recorded)
+    back = read_recorded(str(tmp_path / "model.py"))
+    assert set(back) == set(recorded)
+    for key, arrays in recorded.items():
+        assert set(back[key]) == set(arrays)
+        for name, a in arrays.items():
+            assert back[key][name].dtype == a.dtype and np.array_equal(back[key][name], a), (key, name)
+
+
+def test_image_floor_replaces_the_three_stages(tmp_path):
+    from benchmarks.floor import IMAGE_STAND_INS, repository_with_stand_ins
+
+    dst = repository_with_stand_ins(tmp_path / "repo", tuple(IMAGE_STAND_INS), IMAGE_STAND_INS)
+    for stage, module in IMAGE_STAND_INS.items():
+        assert (dst / stage / "1" / "model.py").read_text() == (
+            ROOT / "benchmarks" / "floor" / f"{module}.py"
+        ).read_text()
+    assert (dst / "mm_process" / "config.multimodal.pbtxt").exists()
 
 
 def test_floor_templates_replace_only_the_two_stages(tmp_path, monkeypatch):
