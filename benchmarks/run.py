@@ -696,6 +696,14 @@ def run(plan: Plan) -> dict[str, Any]:
         res["mm"] = bench_mm.measure(repeat=2 if plan.quick else 5, log=log)
     except Exception as e:  # noqa: BLE001 - recorded in the report
         res["mm"] = {"error": str(e)}
+    # ... and against the image floor: the same ensemble whose three stages do no work
+    log("images: a served hit against the image floor (benchmarks.image_floor)")
+    try:
+        from benchmarks import image_floor
+
+        res["image_floor"] = image_floor.measure(rounds=1 if plan.quick else 2, repeat=2 if plan.quick else 5, log=log)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded in the report
+        res["image_floor"] = {"error": str(e)}
 
     # 9. the OpenAI-compatible front under genai-perf, beside the same load on Triton's gRPC
     log("the OpenAI front under genai-perf")

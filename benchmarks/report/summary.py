@@ -42,6 +42,18 @@ def _mm_summary(mm: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def _image_floor_summary(floor: dict[str, Any] | None) -> dict[str, Any]:
+    """The image floor (``benchmarks.image_floor``): its hit over the in-process hit on the image
+    where it is least (no server with this interface can show less there), and ours over it."""
+    rows = (floor or {}).get("rows") or []
+    if not rows:
+        return {"mm_hit_floor_vs_inprocess_best": None, "mm_hit_served_vs_floor_worst": None}
+    return {
+        "mm_hit_floor_vs_inprocess_best": min(r["floor_over_inprocess"] for r in rows),
+        "mm_hit_served_vs_floor_worst": max(r["ours_over_floor"] for r in rows),
+    }
+
+
 def _is_loadgen(row: dict[str, Any]) -> bool:
     return "loadgen" in str(row.get("driver", ""))
 
@@ -149,6 +161,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         )
         s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
     s.update(_mm_summary(res.get("mm")))
+    s.update(_image_floor_summary(res.get("image_floor")))
     s["best_throughput"] = {
         "ours": {m: _desc(best_ours[m]) for m in MODELS},
         "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
