@@ -8,7 +8,8 @@ the messages on as ``mm_data`` without parsing or rendering them, ``tokenize`` a
 and ``mm_process`` answers, from memory, the outputs recorded from our own server for that chat.
 So the floor carries exactly what a hit must carry (the 1 MB-and-up request in, the data to
 ``mm_process``, ``pixel_values`` and the rest out, the same ensemble, client and settings) and
-does no work. Nothing serving this interface answers a hit faster than it does.
+does no work. Nothing built as this ensemble (three Python-backend stages, the same tensors out,
+the same client) answers a hit faster than it does.
 
 Both servers are measured with ``bench_mm``'s client call (``RendererClient.render_chat`` over
 HTTP, the same chat again), in alternating rounds; the in-process hit is ``bench_mm``'s
@@ -19,7 +20,7 @@ are checked equal to ours before any timing.
 
 Writes ``benchmarks/results/image_floor.json``: per family and size, median ms of ours, of the
 floor and in process, and the ratios ``ours / in process`` (target 4's), ``floor / in process``
-(the least any server with this interface can show) and ``ours / floor``; their worst and best
+(the least any server built as this ensemble can show) and ``ours / floor``; their worst and best
 over the rows. ``make bench`` runs it too (``measure``), beside ``bench_mm``.
 """
 

@@ -216,7 +216,7 @@ def chat_speed_targets(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
     reach = s.get("mm_hit_floor_vs_inprocess_best")
     rows.append(
         [
-            "4. the image floor's hit over in-process (its best image; no server with this interface does better)",
+            "4. the image floor's hit over in-process (its best image; nothing built as this ensemble does better)",
             _f(reach, 2),
             "-",
             "n/a (not measured)" if reach is None else ("within reach" if reach <= 3.0 else "**3x out of reach**"),
@@ -286,8 +286,9 @@ def image_floor_section(res: dict[str, Any]) -> list[str]:
         "stages are stand-ins that do no work (`benchmarks/floor`: `chat_render` hands the messages on as "
         "`mm_data`, `tokenize` answers fixed ids, `mm_process` the arrays recorded from our server for "
         "that chat, checked equal to ours). It carries what a hit must carry and nothing more, so no "
-        "server with this interface answers a hit faster. Same client call as above, alternating rounds "
-        f"({floor.get('rounds')} of {floor.get('repeat')} requests each), medians.\n"
+        "server built as this ensemble of Python-backend stages answers a hit faster. Same client call "
+        f"as above, alternating rounds ({floor.get('rounds')} of {floor.get('repeat')} requests each), "
+        "medians.\n"
     )
     rows = [
         [

@@ -44,7 +44,7 @@ def _mm_summary(mm: dict[str, Any] | None) -> dict[str, Any]:
 
 def _image_floor_summary(floor: dict[str, Any] | None) -> dict[str, Any]:
     """The image floor (``benchmarks.image_floor``): its hit over the in-process hit on the image
-    where it is least (no server with this interface can show less there), and ours over it."""
+    where it is least (nothing built as this ensemble can show less there), and ours over it."""
     rows = (floor or {}).get("rows") or []
     if not rows:
         return {"mm_hit_floor_vs_inprocess_best": None, "mm_hit_served_vs_floor_worst": None}
