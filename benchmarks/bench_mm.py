@@ -46,11 +46,29 @@ PROMPTS = {"qwen2_vl": [1, 151652, 151655, 151653, 2], "pixtral": [1, 10, 2]}
 """Per family, token ids holding one image placeholder, for the processor in process."""
 
 
-def test_image(w: int, h: int) -> bytes:
+def bench_image(w: int, h: int) -> bytes:
     """The PNG measured at a size (blocks of 8 pixels past 4 MP, so the file stays realistic)."""
     from tests.support.mm_images import encode, rgb
 
     return encode(rgb(w, h, block=8 if w * h > 4_000_000 else 1))
+
+
+def family_settings(family: str, models: str, build_dir: Path, port: int) -> Any:
+    """Launcher settings serving ``models`` on the family's tiny model, on ``port`` to ``port + 2``."""
+    from dataclasses import replace
+
+    from launcher import cli as launch
+
+    return replace(
+        launch.Settings(),
+        openai_port=0,
+        model=family.replace("_", "-"),
+        models=models,
+        build_dir=str(build_dir),
+        http_port=port,
+        grpc_port=port + 1,
+        metrics_port=port + 2,
+    )
 
 
 def inprocess_hit_ms(processor: Any, family: str, png: bytes, repeat: int) -> float:
@@ -81,7 +99,6 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit).
 
     Long because each family and size is measured five ways in one loop, so the five share their inputs."""
-    from dataclasses import replace
 
     from PIL import Image
     from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
@@ -103,16 +120,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     )
     for i, (fam, d) in enumerate(dirs.items()):
         port = 19500 + 10 * i
-        s = replace(
-            launch.Settings(),
-            openai_port=0,
-            model=fam.replace("_", "-"),
-            models="render_chat,chat",
-            build_dir=str(ROOT / "build" / f"bench-mm-{fam}"),
-            http_port=port,
-            grpc_port=port + 1,
-            metrics_port=port + 2,
-        )
+        s = family_settings(fam, "render_chat,chat", ROOT / "build" / f"bench-mm-{fam}", port)
         if launch.start(s) != 0:
             return {"error": f"the {fam} server did not start; see {s.log_file}"}
         client = RendererClient(f"127.0.0.1:{port}")
@@ -126,7 +134,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                 hf = PixtralImageProcessorPil()
             prompt = PROMPTS[fam]
             for w, h in SIZES:
-                png = test_image(w, h)
+                png = bench_image(w, h)
                 items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
                 t_cold = _ms(lambda: cold.process(prompt, items), repeat)
                 t_warm = inprocess_hit_ms(warm, fam, png, repeat)

@@ -30,32 +30,17 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import replace
+import time
 from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.bench_mm import SIZES, _chat, _ms, inprocess_hit_ms, test_image
+from benchmarks.bench_mm import SIZES, _chat, _ms, bench_image, family_settings, inprocess_hit_ms
 from benchmarks.layout import ROOT, WORK
 
 OUT = ROOT / "benchmarks" / "results" / "image_floor.json"
 BASE_PORT = 19700
 FAMILIES = ("qwen2_vl", "pixtral")
-
-
-def settings(family: str, name: str, port: int) -> Any:
-    from launcher import cli as launch
-
-    return replace(
-        launch.Settings(),
-        openai_port=0,
-        model=family.replace("_", "-"),
-        models="render_chat",
-        build_dir=str(WORK / f"image-floor-{name}-{family}"),
-        http_port=port,
-        grpc_port=port + 1,
-        metrics_port=port + 2,
-    )
 
 
 def record(client: Any, chats: dict[str, str]) -> dict[int, dict[str, np.ndarray]]:
@@ -67,12 +52,12 @@ def record(client: Any, chats: dict[str, str]) -> dict[int, dict[str, np.ndarray
     for text in chats.values():
         key = len(text.encode())
         if key in out:
-            raise SystemExit("two chats of one length: the floor could not tell them apart")
+            raise RuntimeError("two chats of one length: the floor could not tell them apart")
         out[key] = client.infer("render_chat", chat_inputs(text))
     return out
 
 
-def same_answers(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
+def differing_outputs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
     """The outputs that differ between two answers (the floor's ``input_embeds`` is its own)."""
     return [n for n in a if n != "input_embeds" and not np.array_equal(a[n], b.get(n))]
 
@@ -84,39 +69,36 @@ def measure_family(family: str, rounds: int, repeat: int, log: Callable[[str], N
     from client.triton_client import chat_inputs
     from launcher import cli as launch
     from model_builders import vlm_model
+    from renderer.multimodal import MultiModalProcessor
     from tests.support.mm_images import data_url
 
-    from renderer.multimodal import MultiModalProcessor
-
     model_dir = vlm_model.build(ROOT / "build" / "models" / f"tiny-{family}", family=family)
-    pngs = {f"{w}x{h}": test_image(w, h) for w, h in SIZES}
+    pngs = {f"{w}x{h}": bench_image(w, h) for w, h in SIZES}
     chats = {size: json.dumps(_chat(data_url(png))) for size, png in pngs.items()}
     processor = MultiModalProcessor.from_model_dir(model_dir)
     inproc = {size: inprocess_hit_ms(processor, family, png, repeat) for size, png in pngs.items()}
 
-    ours = settings(family, "ours", BASE_PORT)
-    floor = settings(family, "floor", BASE_PORT + 10)
+    ours = family_settings(family, "render_chat", WORK / f"image-floor-ours-{family}", BASE_PORT)
+    floor = family_settings(family, "render_chat", WORK / f"image-floor-floor-{family}", BASE_PORT + 10)
     servers = {"ours": ours, "floor": floor}
     rows: list[dict[str, Any]] = []
     try:
         if launch.start(ours) != 0:
-            raise SystemExit(f"our {family} server did not start; see {ours.log_file}")
+            raise RuntimeError(f"our {family} server did not start; see {ours.log_file}")
         with RendererClient(f"127.0.0.1:{ours.http_port}") as c:
             recorded = record(c, chats)
-        templates = repository_with_stand_ins(
-            WORK / f"image-floor-templates-{family}", tuple(IMAGE_STAND_INS), IMAGE_STAND_INS
-        )
+        templates = repository_with_stand_ins(WORK / f"image-floor-templates-{family}", IMAGE_STAND_INS)
         for stage in ("chat_render", "mm_process"):
             write_recorded(templates / stage / "1" / RECORDED, recorded)
         if not start_on(floor, templates):
-            raise SystemExit(f"the {family} floor did not start; see {floor.log_file}")
+            raise RuntimeError(f"the {family} floor did not start; see {floor.log_file}")
         clients = {name: RendererClient(f"127.0.0.1:{s.http_port}") for name, s in servers.items()}
         try:
             for size, text in chats.items():
                 got = clients["floor"].infer("render_chat", chat_inputs(text))
-                differ = same_answers(recorded[len(text.encode())], got)
+                differ = differing_outputs(recorded[len(text.encode())], got)
                 if differ:
-                    raise SystemExit(f"the floor's answer differs from ours for {family} {size}: {differ}")
+                    raise RuntimeError(f"the floor's answer differs from ours for {family} {size}: {differ}")
             times: dict[tuple[str, str], list[float]] = {}
             for r in range(rounds):
                 order = list(clients) if r % 2 == 0 else list(reversed(clients))
@@ -163,6 +145,7 @@ def measure(
     rows = [row for family in families for row in measure_family(family, rounds, repeat, log)]
     ratios = ("ours_over_inprocess", "floor_over_inprocess", "ours_over_floor")
     return {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "rounds": rounds,
         "repeat": repeat,
         "worst": {k: max(r[k] for r in rows) for k in ratios},
@@ -177,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="requests per round and server (median)")
     ap.add_argument("--family", choices=FAMILIES, action="append", help="default: both")
     a = ap.parse_args(argv)
-    result = measure(a.rounds, a.repeat, tuple(a.family or FAMILIES))
+    result = {
+        "command": "python -m benchmarks.image_floor " + " ".join(sys.argv[1:] if argv is None else argv),
+        **measure(a.rounds, a.repeat, tuple(a.family or FAMILIES)),
+    }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     print(f"worst over families and sizes: {result['worst']}; best: {result['best']}")

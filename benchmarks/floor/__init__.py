@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -31,17 +32,15 @@ RECORDED = "recorded.npz"
 """The image stand-ins' answers, next to their ``model.py`` (``write_recorded``)."""
 
 
-def repository_with_stand_ins(
-    dst: Path, replaced: tuple[str, ...] = STAGES, modules: dict[str, str] | None = None
-) -> Path:
+def repository_with_stand_ins(dst: Path, replaced: Iterable[str] | Mapping[str, str] = STAGES) -> Path:
     """A copy of ``model_repository/`` at ``dst`` with the ``replaced`` stages' ``model.py``
-    swapped for their stand-ins (``modules[stage]``, by default the stage's own name; every
-    config unchanged); returns ``dst``."""
+    swapped for their stand-ins (every config unchanged); returns ``dst``. ``replaced`` names the
+    stages (each stand-in module named as its stage) or maps each stage to its stand-in module."""
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(ROOT / "model_repository", dst, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in replaced:
-        module = (modules or {}).get(name, name)
+    modules = replaced if isinstance(replaced, Mapping) else {name: name for name in replaced}
+    for name, module in modules.items():
         shutil.copy(Path(__file__).parent / f"{module}.py", dst / name / "1" / "model.py")
     return dst
 

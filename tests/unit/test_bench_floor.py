@@ -76,7 +76,7 @@ def test_image_floor_recorded_answers_round_trip_with_their_keys(tmp_path):
 def test_image_floor_replaces_the_three_stages(tmp_path):
     from benchmarks.floor import IMAGE_STAND_INS, repository_with_stand_ins
 
-    dst = repository_with_stand_ins(tmp_path / "repo", tuple(IMAGE_STAND_INS), IMAGE_STAND_INS)
+    dst = repository_with_stand_ins(tmp_path / "repo", IMAGE_STAND_INS)
     for stage, module in IMAGE_STAND_INS.items():
         assert (dst / stage / "1" / "model.py").read_text() == (
             ROOT / "benchmarks" / "floor" / f"{module}.py"
