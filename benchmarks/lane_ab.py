@@ -9,7 +9,11 @@ order reversed every other round, recording each process's CPU per request
 (``benchmarks.instances.measure``); the ratio of each such pair, whose runs share a stretch of the
 machine's load, is reported beside the medians.
 
-    python -m benchmarks.lane_ab [--rounds 4] [--concurrency 1,8,16] [--protocol grpc]
+    python -m benchmarks.lane_ab [--rounds 4] [--concurrency 1,8,16] [--protocol grpc] [--against REV]
+
+``--against REV``: the second server is instead a copy whose stage adapters
+(``model_repository/*/1/model.py``) are git revision REV's, with this tree's ``renderer/`` and
+``triton_io/``: a change to what the adapters do per request, served against the adapters before it.
 
 Writes ``benchmarks/results/lane_ab.json``: each variant's runs and medians.
 """
@@ -20,6 +24,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,11 +62,31 @@ def repository_without_lane(dst: Path) -> Path:
     return dst
 
 
-def start(variant: str, index: int) -> Any:
+def repository_with_adapters_of(rev: str, dst: Path) -> Path:
+    """A copy of ``model_repository/`` whose adapters (``*/1/model.py``) are revision ``rev``'s."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(ROOT / "model_repository", dst, ignore=shutil.ignore_patterns("__pycache__"))
+    for model in dst.glob("*/1/model.py"):
+        path = model.relative_to(dst)
+        old = subprocess.run(
+            ["git", "show", f"{rev}:model_repository/{path.as_posix()}"], cwd=ROOT, capture_output=True, text=True
+        )
+        if old.returncode == 0:
+            model.write_text(old.stdout)
+    return dst
+
+
+def start(variant: str, index: int, against: str | None) -> Any:
     from benchmarks.run import start_render_chat
 
-    templates = ROOT / "model_repository" if variant == "lane" else repository_without_lane(WORK / "lane-ab-templates")
-    return start_render_chat(f"lane-ab-{variant.replace(' ', '-')}", BASE_PORT + 10 * index, templates)
+    if index == 0:
+        templates = ROOT / "model_repository"
+    elif against:
+        templates = repository_with_adapters_of(against, WORK / "lane-ab-templates")
+    else:
+        templates = repository_without_lane(WORK / "lane-ab-templates")
+    return start_render_chat(f"lane-ab-{index}", BASE_PORT + 10 * index, templates)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default="1,8,16")
     ap.add_argument("--protocol", choices=["http", "grpc"], default="grpc")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--against", default=None, help="serve this git revision's adapters as the second variant")
     a = ap.parse_args(argv)
+    variants = ("this tree", a.against) if a.against else VARIANTS
 
     from launcher import cli as launch
 
@@ -79,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     servers: dict[str, Any] = {}
     runs: dict[str, list[dict[str, Any]]] = {}
     try:
-        for i, variant in enumerate(VARIANTS):
-            servers[variant] = start(variant, i)
+        for i, variant in enumerate(variants):
+            servers[variant] = start(variant, i, a.against)
         for r in range(a.rounds):
             # Each level's two runs back to back (the machine's load drifts within a round).
             for c in concurrencies:
-                for variant in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+                for variant in variants if r % 2 == 0 else variants[::-1]:
                     m = measure(servers[variant], "render_chat", c, a.protocol)
                     runs.setdefault(f"{variant} c={c}", []).append(m)
                     print(
@@ -96,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         for s in servers.values():
             launch.stop(s)
     medians = medians_of(runs)
-    # Lane over no lane within each round: a pair shares the stretch of the machine's load.
+    # The first variant over the second within each round: a pair shares a stretch of the machine's load.
+    first, second = variants
     paired = {
         c: [
-            on["requests_per_s"] / off["requests_per_s"] for on, off in zip(runs[f"lane c={c}"], runs[f"no lane c={c}"])
+            on["requests_per_s"] / off["requests_per_s"]
+            for on, off in zip(runs[f"{first} c={c}"], runs[f"{second} c={c}"])
         ]
         for c in concurrencies
     }
@@ -107,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m benchmarks.lane_ab " + " ".join(argv if argv is not None else sys.argv[1:]),
         "model": "render_chat",
+        "variants": list(variants),
         "input": "chat_mix",
         "protocol": a.protocol,
         "runs": runs,
@@ -117,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(report, indent=1) + "\n")
     for c in concurrencies:
-        on, off = medians[f"lane c={c}"], medians[f"no lane c={c}"]
+        on, off = medians[f"{first} c={c}"], medians[f"{second} c={c}"]
+        cpu = {
+            m: (on["cpu_us_per_request"].get(m), off["cpu_us_per_request"].get(m)) for m in ("chat_render", "tokenize")
+        }
         print(
-            f"c={c}: lane {on['requests_per_s']} req/s p50 {on['p50_ms']:.2f} ms, no lane {off['requests_per_s']} "
+            f"c={c}: {first} {on['requests_per_s']} req/s p50 {on['p50_ms']:.2f} ms, {second} {off['requests_per_s']} "
             f"req/s p50 {off['p50_ms']:.2f} ms; paired throughput ratio {statistics.median(paired[c]):.3f}x; "
-            f"chat_render CPU {on['cpu_us_per_request'].get('chat_render')} vs {off['cpu_us_per_request'].get('chat_render')} us"
+            f"CPU us per chat ({first} vs {second}): {cpu}"
         )
     return 0
 

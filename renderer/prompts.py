@@ -96,7 +96,7 @@ class EngineInput:
     """A prompt after step 4: what the downstream model consumes."""
 
     prompt_token_ids: list[int]
-    """Token ids for the model."""
+    """Token ids for the model (an int32 numpy array where ``render_batch`` was asked for one)."""
 
     prompt: str | None
     """Prompt text, when known."""

@@ -260,15 +260,68 @@ class Renderer:
     # --- the whole pipeline ----------------------------------------------------------------
 
     def render_batch(
-        self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]
+        self,
+        prompts: Sequence[Result[Prompt]],
+        params: Sequence[Result[TokenizeParams]],
+        *,
+        ids_as_array: bool = False,
     ) -> list[Result[EngineInput]]:
-        """Steps 2-4 for a batch whose step-1 results (or errors) are already known."""
+        """Steps 2-4 for a batch whose step-1 results (or errors) are already known.
+        ``ids_as_array``: a text prompt that only needs its length bounded comes back with its
+        ids as an int32 array (``render_text_array``), for a caller that sends them as a tensor."""
         arrival = time.time()
         ok, out = split_failed(prompts, params)
+        if ids_as_array:
+            rest = []
+            for i in ok:
+                try:
+                    res = self.render_text_array(prompts[i], params[i], arrival)
+                except RenderError as e:
+                    res = e
+                if res is None:
+                    rest.append(i)
+                else:
+                    out[i] = res
+            ok = rest
         tokenized = self.tokenize_prompts([prompts[i] for i in ok], [params[i] for i in ok])
         for i, t in zip(ok, tokenized):
             out[i] = t if isinstance(t, RenderError) else capture_error(self.process_for_engine, t, arrival)
         return out
+
+    def render_text_array(self, prompt: Prompt, p: TokenizeParams, arrival_time: float) -> EngineInput | None:
+        """Steps 2-4 for a text prompt whose params ask for no truncation, padding or offsets,
+        with ``prompt_token_ids`` an int32 array from the tokenizer's array path; None where the
+        full path must answer (another prompt form or such params, no array path, a text the
+        array path refuses). Same ids and same errors as the full path, which encodes to at most
+        ``max_input_tokens + 1`` and then checks the length: a longer prompt fails there with
+        "at least" that many tokens."""
+        if (
+            type(prompt) is not TextPrompt
+            or p.truncate_prompt_tokens is not None
+            or p.pad_prompt_tokens is not None
+            or p.return_token_offsets
+        ):
+            return None
+        tok = self.tokenizer
+        if not isinstance(prompt.prompt, str):
+            raise PromptTypeError()
+        text, _ = p.prepare_text(prompt.prompt, tok.max_chars_per_token, tok.truncation_side)
+        ids = tok.encode_array(text, p.add_special_tokens)
+        if ids is None:
+            return None
+        limit = p.max_input_tokens
+        if limit is not None and len(ids) > limit:
+            p.check_length(limit + 1, at_least=True)
+        if len(ids) == 0:
+            raise EmptyPromptError("decoder")
+        return EngineInput(
+            prompt_token_ids=ids,
+            prompt=prompt.prompt,
+            token_offsets=None,
+            cache_salt=prompt.cache_salt,
+            prompt_embeds=None,
+            arrival_time=arrival_time,
+        )
 
     async def render_batch_async(
         self, prompts: Sequence[Result[Prompt]], params: Sequence[Result[TokenizeParams]]

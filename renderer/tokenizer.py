@@ -136,6 +136,21 @@ class Tokenizer:
             return self._encode_fast(texts, opts, offsets)
         return self._encode_slow(texts, opts)
 
+    def encode_array(self, text: str, add_special_tokens: bool) -> Any:
+        """One text's ids, untruncated, as an int32 numpy array, where ``fastokens`` serves this
+        tokenizer (its array path is held to Hugging Face at load with the rest); None otherwise,
+        or where fastokens refuses the text: the caller then takes ``encode_batch``."""
+        if self._fast is None:
+            return None
+        try:
+            return self._fast.encode_array(
+                text,
+                add_special_tokens=add_special_tokens,
+                split_special_tokens=bool(getattr(self._proto, "split_special_tokens", False)),
+            )
+        except (ValueError, RuntimeError):
+            return None
+
     def _encode_fast(self, texts: Sequence[str], opts: EncodeOptions, offsets: bool) -> list[Encoded]:
         hf = self.hf
         backend = hf.backend_tokenizer

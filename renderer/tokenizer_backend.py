@@ -98,6 +98,18 @@ class FastokensEngine:
         # No specials, or a budget they alone exceed: cut the whole result (transformers' fallback).
         return [truncate(x, max_length, side) for x in out]
 
+    def encode_array(self, text: str, *, add_special_tokens: bool, split_special_tokens: bool) -> Any:
+        """One text's ids, untruncated, as an int32 numpy array read from fastokens' flat buffer
+        of little-endian uint32: no Python int per token and no packing afterwards (about half
+        the cost of ``encode`` and packing its list on a chat prompt). Ids of a real vocabulary
+        are below 2**31, so the int32 view reads the same values."""
+        import numpy as np
+
+        flat, _ = self._fk.encode_batch_flat(
+            [text], add_special_tokens=add_special_tokens, split_special_tokens=split_special_tokens
+        )
+        return np.frombuffer(flat, dtype="<i4")
+
     def _with_specials(self, ids: list[int]) -> list[int]:
         if self._prefix is not None:
             return self._prefix + ids + self._suffix
@@ -188,6 +200,19 @@ def parity_problem(hf_backend: Any, engine: FastokensEngine, split_special_token
                     side=side,
                     split_special_tokens=split_special_tokens,
                 )
+                if max_length is None:  # the array path serves untruncated texts only
+                    arrays = [
+                        engine.encode_array(
+                            t, add_special_tokens=add_special, split_special_tokens=split_special_tokens
+                        ).tolist()
+                        for t in texts
+                    ]
+                    for text, w, g in zip(texts, want, arrays):
+                        if w != g:
+                            return (
+                                f"probe {text[:60]!r} (add_special_tokens={add_special}, as an array): "
+                                f"Hugging Face {w[:8]}..., fastokens {g[:8]}..."
+                            )
                 for text, w, g in zip(texts, want, got):
                     if w != g:
                         return (

@@ -32,6 +32,9 @@ log = logging.getLogger("renderer.triton")
 # detokenize crash on a request thread had none). The backend's own handler still runs after.
 if not faulthandler.is_enabled():
     faulthandler.enable(all_threads=True)
+# Values of a one-int output kept as shared tensors (``StageOutputs.shared``): a few hundred
+# bytes of the stub's shared memory each, at most about 1 MB per output.
+SHARED_VALUES = 4096
 # Per input tensor; the launcher sets it from MAX_INPUT_BYTES. Triton 2.51 has no body limit.
 MAX_INPUT_BYTES = int(os.environ.get("RENDERER_MAX_INPUT_BYTES", 64 * 1024 * 1024))
 
@@ -150,6 +153,8 @@ class StageOutputs:
 
     def __init__(self, model: str) -> None:
         self.specs = outputs_of(model)
+        self._shared: dict[str, dict[int, Any]] = {}
+        self._constants: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def __call__(self, name: str, value: Any) -> Any:
         spec = self.specs[name]  # a KeyError here is an output the table does not declare
@@ -161,6 +166,31 @@ class StageOutputs:
         """An empty array of the output's dtype, without the batch dimension: for an output most
         responses leave empty, made once."""
         return np.zeros(shape, dtype=self.specs[name].np_dtype)
+
+    def constant(self, name: str, value: Any) -> Any:
+        """The output tensor of ``value``, an array that many responses send alike (an empty
+        list, a flag) and that is never written: made on first use and handed to every response
+        as the same object. The stub copies a tensor into its shared memory on the first send
+        only (``PbTensor::SaveToSharedMemory`` skips a tensor already there) and owns that copy
+        while the object lives, so the server's reads of it never free it: each later response
+        skips the constructor, the allocation and the copy. (Made lazily: the stub imports a
+        model.py to auto-complete its config before ``pb_utils.Tensor`` exists.)"""
+        key = (name, id(value))
+        hit = self._constants.get(key)
+        if hit is None:
+            hit = self._constants[key] = (value, self(name, value))  # holds value: its id stays its own
+        return hit[1]
+
+    def shared(self, name: str, value: int) -> Any:
+        """``constant`` for a one-int output whose values repeat (a prompt's length): one tensor
+        per value below ``SHARED_VALUES``, made on first use; larger values get a new tensor."""
+        cache = self._shared.setdefault(name, {})
+        t = cache.get(value)
+        if t is None:
+            t = self(name, [value])
+            if 0 <= value < SHARED_VALUES:
+                cache[value] = t
+        return t
 
     def all(self, values: Mapping[str, Any]) -> list[Any]:
         return [self(name, value) for name, value in values.items()]

@@ -400,3 +400,45 @@ def test_stages_build_only_the_outputs_they_are_asked_for(tmp_path):
         )
         (response,) = repo.call("chat_render", request)
         assert sorted(t.name() for t in response.output_tensors()) == ["chat_template_applied", "prompt"]
+
+
+# --- importing an adapter -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model_py", sorted((Path(__file__).resolve().parents[2] / "model_repository").glob("*/1/model.py")), ids=str
+)
+def test_an_adapter_imports_before_the_stub_has_its_classes(model_py, monkeypatch):
+    """The stub imports a model.py to auto-complete its config while ``triton_python_backend_utils``
+    holds only its Python helpers (no ``Tensor`` yet): an adapter that made a tensor at import
+    failed to load there (every output tensor must be made at ``initialize`` or later)."""
+    import importlib.util
+    import sys
+
+    from launcher.server import triton_home
+
+    utils = triton_home() / "backends" / "python" / "triton_python_backend_utils.py"
+    spec = importlib.util.spec_from_file_location("triton_python_backend_utils", utils)
+    helpers_only = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers_only)
+    assert not hasattr(helpers_only, "Tensor")
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", helpers_only)
+    import triton_io
+
+    # A fresh import of the stub-side modules; afterwards the modules and the package's attributes
+    # (``from triton_io import tensors`` reads them first) are as they were, so no other test sees it.
+    names = ("tensors", "outbox")
+    before = {n: (sys.modules.pop(f"triton_io.{n}", None), vars(triton_io).pop(n, None)) for n in names}
+    try:
+        spec = importlib.util.spec_from_file_location(f"autocomplete_{model_py.parent.parent.name}", model_py)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert hasattr(module, "TritonPythonModel")
+    finally:
+        for n, (mod, attr) in before.items():
+            sys.modules.pop(f"triton_io.{n}", None)
+            vars(triton_io).pop(n, None)
+            if mod is not None:
+                sys.modules[f"triton_io.{n}"] = mod
+            if attr is not None:
+                setattr(triton_io, n, attr)

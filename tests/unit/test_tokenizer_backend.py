@@ -13,6 +13,7 @@ import glob
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -201,6 +202,63 @@ def test_offsets_stay_on_hugging_face(pairs):
     assert got.ids == want.ids
 
 
+def assert_same_arrays(pair: tuple[Tokenizer, Tokenizer], texts: list[str], add_special_tokens: bool) -> None:
+    """The array path (whole texts, one int32 array each) against Hugging Face's ids."""
+    fast, hf = pair
+    want = [e.ids for e in hf.encode_batch(texts, EncodeOptions(add_special_tokens, None, "right"))]
+    for text, w in zip(texts, want):
+        got = fast.encode_array(text, add_special_tokens)
+        if got is None:
+            # Only a text fastokens refuses (a byte with no token): the full path answers it.
+            with pytest.raises((ValueError, RuntimeError)):
+                fast._fast.encode_batch(
+                    [text],
+                    add_special_tokens=add_special_tokens,
+                    max_length=None,
+                    side="right",
+                    split_special_tokens=False,
+                )
+            continue
+        assert got.dtype == np.int32, text[:80]
+        assert got.tolist() == w, f"{text[:80]!r}: array path {got[:10]} != Hugging Face {w[:10]}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_array_path_matches_hugging_face(pairs, name):
+    fast, hf = pairs[name]
+    added = [t.content for t in hf.hf.backend_tokenizer.get_added_tokens_decoder().values()]
+    texts = _source_windows(150, seed=10 + NAMES.index(name))
+    texts += [f"{pre}{tok}{post}" for tok in added for pre, post in (("", ""), ("a", "b"), ("\n", " "))]
+    for add in (False, True):
+        assert_same_arrays(pairs[name], texts, add)
+
+    @settings(
+        max_examples=100,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(text=hostile_text(added), add=st.booleans())
+    def check(text, add):
+        assert_same_arrays(pairs[name], [text], add)
+
+    check()
+
+
+def test_array_path_keeps_split_special_tokens(tokenizer_dirs):
+    from transformers import AutoTokenizer
+
+    fast = Tokenizer(AutoTokenizer.from_pretrained(tokenizer_dirs["qwen3"], split_special_tokens=True), "auto")
+    hf = Tokenizer(AutoTokenizer.from_pretrained(tokenizer_dirs["qwen3"], split_special_tokens=True), "huggingface")
+    assert_same_arrays((fast, hf), ["<|im_start|>user\nhi<|im_end|>", "a<|endoftext|>b"], False)
+    assert len(fast.encode_array("<|im_start|>", False)) > 1
+
+
+def test_array_path_is_none_on_hugging_face(pairs):
+    _, hf = pairs["smollm2"]
+    assert hf.encode_array("Hello", False) is None
+
+
 # --- the gate ---------------------------------------------------------------------------------
 
 
@@ -209,6 +267,22 @@ class _WrongEngine(tokenizer_backend.FastokensEngine):
 
     def encode_batch(self, texts, **kw):
         return [ids[:-1] for ids in super().encode_batch(texts, **kw)]
+
+
+class _WrongArrayEngine(tokenizer_backend.FastokensEngine):
+    """An engine whose array path alone drops the last id: the probes hold that path too."""
+
+    def encode_array(self, text, **kw):
+        return super().encode_array(text, **kw)[:-1]
+
+
+def test_gate_refuses_an_engine_whose_array_path_disagrees(pairs, monkeypatch):
+    _, hf = pairs["smollm2"]
+    monkeypatch.setattr(tokenizer_backend, "FastokensEngine", _WrongArrayEngine)
+    tok = Tokenizer(hf.hf, "auto")
+    assert tok.backend.name == "huggingface"
+    assert "as an array" in tok.backend.reason
+    assert tok.encode_array("Hello", False) is None
 
 
 def test_gate_refuses_an_engine_that_disagrees(pairs, monkeypatch, caplog):

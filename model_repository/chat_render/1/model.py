@@ -15,7 +15,8 @@ from triton_io import tensors as io
 
 # Every output typed as renderer/stage_tensors.py declares it.
 OUT = io.StageOutputs("chat_render")
-# A text model's media outputs are always empty: made once.
+# A text model's media outputs are always empty, and every prompt came from a template: one
+# tensor each (``OUT.constant``), sent by every response.
 NO_PLACEHOLDERS = OUT.empty("mm_placeholders", (0, 2))
 NO_HASHES = OUT.empty("mm_hashes", (0,))
 APPLIED = np.ones(1, dtype=bool)
@@ -48,7 +49,7 @@ class TritonPythonModel:
         inputs = io.inputs(request)
         out = self.stage.render(io.get_str(inputs, "messages"), io.get_json(inputs, "chat_params"))
         wanted = io.requested(request)  # render_chat never reads output_parsing, chat never mm_hashes
-        tensors = [OUT("prompt", [out.rendered.prompt]), OUT("chat_template_applied", APPLIED)]
+        tensors = [OUT("prompt", [out.rendered.prompt]), OUT.constant("chat_template_applied", APPLIED)]
         if "output_parsing" in wanted:
             tensors.append(OUT("output_parsing", [out.rendered.output_parsing.to_json()]))
         if self.stage.multimodal:
@@ -61,9 +62,9 @@ class TritonPythonModel:
         else:
             # A text model's render_chat answers with these directly: no media, so both empty.
             if "mm_placeholders" in wanted:
-                tensors.append(OUT("mm_placeholders", NO_PLACEHOLDERS))
+                tensors.append(OUT.constant("mm_placeholders", NO_PLACEHOLDERS))
             if "mm_hashes" in wanted:
-                tensors.append(OUT("mm_hashes", NO_HASHES))
+                tensors.append(OUT.constant("mm_hashes", NO_HASHES))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list) -> list:

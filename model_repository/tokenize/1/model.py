@@ -13,7 +13,7 @@ from triton_io import tensors as io
 
 # Every output typed as renderer/stage_tensors.py declares it.
 OUT = io.StageOutputs("tokenize")
-# The outputs most requests leave empty, made once (an output is only read, never written).
+# The outputs most requests leave empty: one tensor each (``OUT.constant``), sent by every such response.
 NO_OFFSETS = OUT.empty("token_offsets", (0, 2))
 NO_EMBEDS = OUT.empty("input_embeds", (0, 0))
 
@@ -55,29 +55,33 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         prompts, params = io.parse_each(requests, self._parse)
-        results = self.renderer.render_batch(prompts, params)
+        results = self.renderer.render_batch(prompts, params, ids_as_array=True)
         return [self._respond(r, res, p) for r, res, p in zip(requests, results, params)]
 
     def _respond(self, request: Any, res: Any, params: Any) -> Any:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
         ids = res.prompt_token_ids
-        # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
-        # model dtype, so the llm sees exactly what vLLM would.
-        embeds = res.prompt_embeds.float().numpy() if res.prompt_embeds is not None else NO_EMBEDS
-        n_tokens = len(embeds) if res.prompt_embeds is not None else len(ids)
-        tensors = [OUT("input_ids", ids), OUT("input_lengths", [n_tokens])]
+        rows = res.prompt_embeds
+        n_tokens = len(ids) if rows is None else len(rows)
+        tensors = [OUT("input_ids", ids), OUT.shared("input_lengths", n_tokens)]
         # The generation ensembles read only the two above; the render ensembles the rest.
         wanted = io.requested(request)
         if "token_offsets" in wanted:
             offsets = res.token_offsets
             tensors.append(
-                OUT("token_offsets", np.asarray(offsets, dtype=np.int32).reshape(-1, 2) if offsets else NO_OFFSETS)
+                OUT("token_offsets", np.asarray(offsets, dtype=np.int32).reshape(-1, 2))
+                if offsets
+                else OUT.constant("token_offsets", NO_OFFSETS)
             )
         if "rendered_prompt" in wanted:
             tensors.append(OUT("rendered_prompt", [res.prompt or ""]))
         if "input_embeds" in wanted:
-            tensors.append(OUT("input_embeds", embeds))
+            # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
+            # model dtype, so the llm sees exactly what vLLM would.
+            tensors.append(
+                OUT.constant("input_embeds", NO_EMBEDS) if rows is None else OUT("input_embeds", rows.float().numpy())
+            )
         if "length_limit" in wanted:
             tensors.append(OUT("length_limit", params.length_limit.values()))
         return pb_utils.InferenceResponse(output_tensors=tensors)
