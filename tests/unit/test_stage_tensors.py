@@ -116,3 +116,29 @@ def test_the_check_sees_a_drift(rendered):
         "input_ids: config ('TYPE_INT64', (-1,), False, False) != table ('TYPE_INT32', (-1,), False, False)",
         "length_limit: table only",
     ]
+
+
+# --- tensors made once and sent by many responses (triton_io.tensors.StageOutputs) --------------
+
+
+def test_constant_and_shared_outputs_are_made_once_and_typed_by_the_table():
+    import numpy as np
+    from fake_triton import installed
+
+    with installed():
+        from triton_io import tensors as io
+
+        out = io.StageOutputs("tokenize")
+        empty = out.empty("token_offsets", (0, 2))
+        first = out.constant("token_offsets", empty)
+        assert out.constant("token_offsets", empty) is first
+        assert first.as_numpy().shape == (1, 0, 2) and first.as_numpy().dtype == np.int32
+        # Another array of the same output is another constant, never the first one's tensor.
+        other = out.empty("token_offsets", (0, 2))
+        assert out.constant("token_offsets", other) is not first
+        seven = out.shared("input_lengths", 7)
+        assert out.shared("input_lengths", 7) is seven and out.shared("input_lengths", 8) is not seven
+        assert seven.as_numpy().tolist() == [[7]] and seven.as_numpy().dtype == np.int32
+        big = io.SHARED_VALUES + 1
+        assert out.shared("input_lengths", big) is not out.shared("input_lengths", big)  # not kept
+        assert out.shared("input_lengths", big).as_numpy().tolist() == [[big]]
