@@ -283,6 +283,8 @@ class Renderer:
                 else:
                     out[i] = res
             ok = rest
+            if not ok:  # the lane answered the whole batch (most batches of one)
+                return out
         tokenized = self.tokenize_prompts([prompts[i] for i in ok], [params[i] for i in ok])
         for i, t in zip(ok, tokenized):
             out[i] = t if isinstance(t, RenderError) else capture_error(self.process_for_engine, t, arrival)
