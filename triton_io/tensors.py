@@ -147,6 +147,10 @@ def int32_array(values: list[int]) -> np.ndarray:
         return np.asarray(values, dtype=np.int32)
 
 
+_HOLDERS: list["StageOutputs"] = []
+"""Every ``StageOutputs`` of this stub: their tensors are freed before the stub's teardown."""
+
+
 class StageOutputs:
     """Makes one stage's output tensors, each typed as ``renderer/stage_tensors.py`` declares it:
     an adapter names the tensor and gives the values, never the dtype."""
@@ -155,6 +159,12 @@ class StageOutputs:
         self.specs = outputs_of(model)
         self._shared: dict[str, dict[int, Any]] = {}
         self._constants: dict[tuple[str, int], tuple[Any, Any]] = {}
+        _HOLDERS.append(self)
+
+    def release(self) -> None:
+        """Drop the tensors made once (``release_before_teardown``)."""
+        self._shared.clear()
+        self._constants.clear()
 
     def __call__(self, name: str, value: Any) -> Any:
         spec = self.specs[name]  # a KeyError here is an output the table does not declare
@@ -285,7 +295,10 @@ def _is_later(later: Callable[[Any], bool], request: Any) -> bool:
 
 
 def release_before_teardown() -> None:
-    """Free, at ``finalize``, the backend objects (requests, tensors, responses) still held by
-    cyclic garbage (a failed request's traceback, for one). Left to the interpreter's teardown,
-    the 2.51 stub frees them after itself and segfaults at every stop."""
+    """Free, at ``finalize``, the backend objects (requests, tensors, responses) still held: the
+    tensors ``StageOutputs`` made once, and cyclic garbage (a failed request's traceback, for
+    one). Left to the interpreter's teardown, the 2.51 stub frees them after itself and
+    segfaults at every stop."""
+    for holder in _HOLDERS:
+        holder.release()
     gc.collect()

@@ -142,3 +142,18 @@ def test_constant_and_shared_outputs_are_made_once_and_typed_by_the_table():
         big = io.SHARED_VALUES + 1
         assert out.shared("input_lengths", big) is not out.shared("input_lengths", big)  # not kept
         assert out.shared("input_lengths", big).as_numpy().tolist() == [[big]]
+
+
+def test_the_tensors_made_once_are_freed_before_the_stubs_teardown():
+    """The 2.51 stub segfaults at its stop when a backend tensor outlives ``finalize``."""
+    from fake_triton import installed
+
+    with installed():
+        from triton_io import tensors as io
+
+        out = io.StageOutputs("tokenize")
+        empty = out.empty("token_offsets", (0, 2))
+        first, seven = out.constant("token_offsets", empty), out.shared("input_lengths", 7)
+        io.release_before_teardown()
+        assert out.constant("token_offsets", empty) is not first
+        assert out.shared("input_lengths", 7) is not seven
