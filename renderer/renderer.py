@@ -274,10 +274,7 @@ class Renderer:
         if ids_as_array:
             rest = []
             for i in ok:
-                try:
-                    res = self.render_text_array(prompts[i], params[i], arrival)
-                except RenderError as e:
-                    res = e
+                res = capture_error(self.render_text_array, prompts[i], params[i], arrival)
                 if res is None:
                     rest.append(i)
                 else:
