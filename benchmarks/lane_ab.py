@@ -10,10 +10,13 @@ order reversed every other round, recording each process's CPU per request
 machine's load, is reported beside the medians.
 
     python -m benchmarks.lane_ab [--rounds 4] [--concurrency 1,8,16] [--protocol grpc] [--against REV]
+                                 [--model render_completion]
 
 ``--against REV``: the second server is instead a copy whose stage adapters
 (``model_repository/*/1/model.py``) are git revision REV's, with this tree's ``renderer/`` and
 ``triton_io/``: a change to what the adapters do per request, served against the adapters before it.
+``--model render_completion`` drives ``render_completion`` on completion_mix instead (with ``--against``:
+a change to ``tokenize``'s adapter).
 
 Writes ``benchmarks/results/lane_ab.json``: each variant's runs and medians.
 """
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.instances import measure, medians_of
-from benchmarks.layout import ROOT, WORK
+from benchmarks.layout import MAIN_INPUTS, ROOT, WORK
 
 OUT = ROOT / "benchmarks" / "results" / "lane_ab.json"
 BASE_PORT = 19800
@@ -77,7 +80,7 @@ def repository_with_adapters_of(rev: str, dst: Path) -> Path:
     return dst
 
 
-def start(variant: str, index: int, against: str | None) -> Any:
+def start(variant: str, index: int, against: str | None, model: str) -> Any:
     from benchmarks.run import start_render_chat
 
     if index == 0:
@@ -86,7 +89,7 @@ def start(variant: str, index: int, against: str | None) -> Any:
         templates = repository_with_adapters_of(against, WORK / "lane-ab-templates")
     else:
         templates = repository_without_lane(WORK / "lane-ab-templates")
-    return start_render_chat(f"lane-ab-{index}", BASE_PORT + 10 * index, templates)
+    return start_render_chat(f"lane-ab-{index}", BASE_PORT + 10 * index, templates, models=model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", choices=["http", "grpc"], default="grpc")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--against", default=None, help="serve this git revision's adapters as the second variant")
+    ap.add_argument("--model", choices=["render_chat", "render_completion"], default="render_chat")
     a = ap.parse_args(argv)
     variants = ("this tree", a.against) if a.against else VARIANTS
 
@@ -107,12 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {}
     try:
         for i, variant in enumerate(variants):
-            servers[variant] = start(variant, i, a.against)
+            servers[variant] = start(variant, i, a.against, a.model)
         for r in range(a.rounds):
             # Each level's two runs back to back (the machine's load drifts within a round).
             for c in concurrencies:
                 for variant in variants if r % 2 == 0 else variants[::-1]:
-                    m = measure(servers[variant], "render_chat", c, a.protocol)
+                    m = measure(servers[variant], a.model, c, a.protocol)
                     runs.setdefault(f"{variant} c={c}", []).append(m)
                     print(
                         f"round {r + 1} {variant:<7} c={c}: {m['requests_per_s']} req/s, p50 {m['p50_ms']:.2f} ms, "
@@ -135,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m benchmarks.lane_ab " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "model": "render_chat",
+        "model": a.model,
         "variants": list(variants),
-        "input": "chat_mix",
+        "input": MAIN_INPUTS[a.model],
         "protocol": a.protocol,
         "runs": runs,
         "medians": medians,

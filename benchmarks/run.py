@@ -380,14 +380,14 @@ def start_on(s: Any, templates: Path) -> bool:
         return launch.start(s) == 0
 
 
-def start_render_chat(name: str, port: int, templates: Path) -> Any:
-    """A ``render_chat``-only server on ``templates`` with ``make bench``'s settings, its own ports
-    (``port`` to ``port + 2``) and folder, for the scripts that serve variants side by side;
-    returns its settings once ready."""
+def start_render_chat(name: str, port: int, templates: Path, models: str = "render_chat") -> Any:
+    """A server of ``models`` (``render_chat`` alone by default) on ``templates`` with ``make
+    bench``'s settings, its own ports (``port`` to ``port + 2``) and folder, for the scripts that
+    serve variants side by side; returns its settings once ready."""
     from launcher import cli as launch
 
     s = server_settings(
-        models="render_chat",
+        models=models,
         build_dir=str(WORK / name),
         http_port=port,
         grpc_port=port + 1,

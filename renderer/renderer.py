@@ -33,6 +33,7 @@ from .prompts import (
     TokenizedPrompt,
     TokensPrompt,
     completion_prompt,
+    decode_utf8,
 )
 from .tokenizer import EncodeOptions, Tokenizer
 
@@ -286,6 +287,12 @@ class Renderer:
         for i, t in zip(ok, tokenized):
             out[i] = t if isinstance(t, RenderError) else capture_error(self.process_for_engine, t, arrival)
         return out
+
+    def render_text_bytes(self, raw: bytes, p: TokenizeParams) -> EngineInput | None:
+        """Steps 1-4 for a request whose one field is its UTF-8 text prompt ``raw`` (no token ids,
+        embeds or cache salt: ``completion_prompt``'s only work is then the decode), through the
+        array lane; None where the full path must answer (``render_text_array``)."""
+        return self.render_text_array(TextPrompt(prompt=decode_utf8(raw, "prompt")), p, time.time())
 
     def render_text_array(self, prompt: Prompt, p: TokenizeParams, arrival_time: float) -> EngineInput | None:
         """Steps 2-4 for a text prompt whose params ask for no truncation, padding or offsets,

@@ -79,8 +79,11 @@ def get(request: Any, name: str) -> np.ndarray | None:
 
 def get_bytes(request: Any, name: str) -> bytes | None:
     arr = get(request, name)
-    if arr is None:
-        return None
+    return None if arr is None else one_bytes(arr, name)
+
+
+def one_bytes(arr: np.ndarray, name: str) -> bytes:
+    """The one element of a BYTES input as ``get`` returned it."""
     if arr.size != 1:
         raise TensorShapeError(name, "hold exactly one element", arr.size)
     value = arr.reshape(-1)[0]
@@ -201,6 +204,13 @@ class StageOutputs:
             if 0 <= value < SHARED_VALUES:
                 cache[value] = t
         return t
+
+    def echo(self, name: str, arr: np.ndarray) -> Any:
+        """A BYTES output of the input array ``arr`` (as ``get`` returned it) sent back as it
+        came: no element is decoded, encoded or copied into a new array."""
+        if self.specs[name].dtype != "TYPE_STRING" or arr.dtype != np.object_:
+            raise TypeError(f"{name}: echo sends a BYTES input as a BYTES output, got {arr.dtype}")
+        return pb_utils.Tensor(name, arr[np.newaxis, ...])
 
     def all(self, values: Mapping[str, Any]) -> list[Any]:
         return [self(name, value) for name, value in values.items()]

@@ -157,3 +157,20 @@ def test_the_tensors_made_once_are_freed_before_the_stubs_teardown():
         io.release_before_teardown()
         assert out.constant("token_offsets", empty) is not first
         assert out.shared("input_lengths", 7) is not seven
+
+
+def test_echo_sends_a_bytes_input_back_as_it_came_and_nothing_else():
+    import numpy as np
+    from fake_triton import installed
+
+    with installed():
+        from triton_io import tensors as io
+
+        out = io.StageOutputs("tokenize")
+        arr = np.array([b"caf\xc3\xa9"], dtype=np.object_)  # an input as ``io.get`` returns it
+        sent = out.echo("rendered_prompt", arr).as_numpy()
+        assert sent.shape == (1, 1) and sent.tolist() == [[b"caf\xc3\xa9"]]
+        with pytest.raises(TypeError, match="input_ids"):
+            out.echo("input_ids", arr)  # an INT32 output
+        with pytest.raises(TypeError, match="int32"):
+            out.echo("rendered_prompt", np.array([1], dtype=np.int32))

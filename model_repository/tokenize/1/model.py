@@ -16,6 +16,9 @@ OUT = io.StageOutputs("tokenize")
 # The outputs most requests leave empty: one tensor each (``OUT.constant``), sent by every such response.
 NO_OFFSETS = OUT.empty("token_offsets", (0, 2))
 NO_EMBEDS = OUT.empty("input_embeds", (0, 0))
+# A request with these inputs alone (render_chat's and render_completion's without params, salt or
+# max_tokens) may take the text lane (``_text_only``).
+TEXT_ONLY = frozenset({"prompt", "chat_template_applied"})
 
 
 class TritonPythonModel:
@@ -54,11 +57,37 @@ class TritonPythonModel:
         io.release_before_teardown()
 
     def execute(self, requests: list) -> list:
-        prompts, params = io.parse_each(requests, self._parse)
-        results = self.renderer.render_batch(prompts, params, ids_as_array=True)
-        return [self._respond(r, res, p) for r, res, p in zip(requests, results, params)]
+        out = [self._text_only(r) for r in requests]
+        rest = [r for r, o in zip(requests, out) if o is None]
+        if not rest:
+            return out
+        prompts, params = io.parse_each(rest, self._parse)
+        answers = iter(
+            self._respond(r, res, p)
+            for r, res, p in zip(rest, self.renderer.render_batch(prompts, params, ids_as_array=True), params)
+        )
+        return [o if o is not None else next(answers) for o in out]
 
-    def _respond(self, request: Any, res: Any, params: Any) -> Any:
+    def _text_only(self, request: Any) -> Any:
+        """The response of a request whose inputs are a text prompt and the chat flag alone,
+        rendered by ``Renderer.render_text_bytes`` with the prompt echoed as ``rendered_prompt``;
+        None where it needs the full path: other inputs, the lane declines, or any error (which
+        the full path then reports, in its own order of checks)."""
+        inputs = io.inputs(request)
+        if "prompt" not in inputs or not inputs.keys() <= TEXT_ONLY:
+            return None
+        try:
+            arr = io.get(inputs, "prompt")
+            raw = io.one_bytes(arr, "prompt")
+            params = self.renderer.request_params(None, chat=bool(io.get_scalar(inputs, "chat_template_applied", bool)))
+            res = self.renderer.render_text_bytes(raw, params)
+        except Exception:  # noqa: BLE001 - the full path answers it, with the same error
+            return None
+        if res is None:
+            return None
+        return self._respond(request, res, params, echo=arr if type(arr.item(0)) is bytes else None)
+
+    def _respond(self, request: Any, res: Any, params: Any, echo: Any = None) -> Any:
         if isinstance(res, BaseException):
             return io.error_response(res, "tokenize")
         ids = res.prompt_token_ids
@@ -75,7 +104,9 @@ class TritonPythonModel:
                 else OUT.constant("token_offsets", NO_OFFSETS)
             )
         if "rendered_prompt" in wanted:
-            tensors.append(OUT("rendered_prompt", [res.prompt or ""]))
+            tensors.append(
+                OUT("rendered_prompt", [res.prompt or ""]) if echo is None else OUT.echo("rendered_prompt", echo)
+            )
         if "input_embeds" in wanted:
             # Embeds travel as FP32 (numpy has no bfloat16); values were already rounded to the
             # model dtype, so the llm sees exactly what vLLM would.
