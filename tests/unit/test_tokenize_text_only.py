@@ -190,3 +190,22 @@ def test_text_only_answers_as_the_full_path_on_generated_prompts(tokenize):
         assert fast == full
 
     check()
+
+
+def test_a_bug_on_the_path_is_that_requests_internal_error_alone(tokenize, monkeypatch):
+    """A non-``RenderError`` is not a bad request to retry on the full path: it answers its own
+    request as an internal error naming the stage, and the batch's other requests are answered."""
+    inner = tokenize.renderer.render_text_bytes
+
+    def broken(raw: bytes, p: Any) -> Any:
+        if raw == b"boom":
+            raise RuntimeError("a bug")
+        return inner(raw, p)
+
+    monkeypatch.setattr(tokenize.renderer, "render_text_bytes", broken)
+    responses = tokenize.execute([request(prompt(t), ALL_OUTPUTS) for t in ("Hello", "boom", "Hi")])
+    bad = summary(responses[1])
+    assert bad[:2] == ("error", ft.TritonError.INTERNAL)
+    assert bad[2] == "tokenize: internal error: RuntimeError: a bug"
+    for r in (responses[0], responses[2]):
+        assert not r.has_error()

@@ -8,6 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer import Renderer, RendererConfig
+from renderer.errors import RenderError
 from renderer.prompts import completion_prompt
 from triton_io import tensors as io
 
@@ -71,8 +72,8 @@ class TritonPythonModel:
     def _text_only(self, request: Any) -> Any:
         """The response of a request whose inputs are a text prompt and the chat flag alone,
         rendered by ``Renderer.render_text_bytes`` with the prompt echoed as ``rendered_prompt``;
-        None where it needs the full path: other inputs, the lane declines, or any error (which
-        the full path then reports, in its own order of checks)."""
+        None where it needs the full path: other inputs, the lane declines, or a bad request (the
+        full path reports it, in its own order of checks). A bug is this request's internal error."""
         inputs = io.inputs(request)
         if "prompt" not in inputs or not inputs.keys() <= TEXT_ONLY:
             return None
@@ -81,8 +82,10 @@ class TritonPythonModel:
             raw = io.one_bytes(arr, "prompt")
             params = self.renderer.request_params(None, chat=bool(io.get_scalar(inputs, "chat_template_applied", bool)))
             res = self.renderer.render_text_bytes(raw, params)
-        except Exception:  # noqa: BLE001 - the full path answers it, with the same error
+        except RenderError:
             return None
+        except Exception as e:  # noqa: BLE001 - a bug: this request's error, never the batch's
+            return io.error_response(e, "tokenize")
         if res is None:
             return None
         return self._respond(request, res, params, echo=arr if type(arr.item(0)) is bytes else None)
