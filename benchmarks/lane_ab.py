@@ -70,14 +70,20 @@ def repository_with_adapters_of(rev: str, dst: Path) -> Path:
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(ROOT / "model_repository", dst, ignore=shutil.ignore_patterns("__pycache__"))
-    for model in dst.glob("*/1/model.py"):
-        path = model.relative_to(dst)
+    return write_adapters_of(rev, dst)
+
+
+def write_adapters_of(rev: str, repo: Path) -> Path:
+    """Replace each adapter (``*/1/model.py``) of the repository at ``repo`` (a copy, or one the
+    launcher rendered) with revision ``rev``'s, where that revision has it; returns ``repo``."""
+    for model in repo.glob("*/1/model.py"):
+        path = model.relative_to(repo)
         old = subprocess.run(
             ["git", "show", f"{rev}:model_repository/{path.as_posix()}"], cwd=ROOT, capture_output=True, text=True
         )
         if old.returncode == 0:
             model.write_text(old.stdout)
-    return dst
+    return repo
 
 
 def start(variant: str, index: int, against: str | None, model: str) -> Any:

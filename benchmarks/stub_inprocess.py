@@ -15,7 +15,10 @@ Medians over rounds of microseconds per request, and ours over the stand-in's (n
 floor ratio: a served request also pays the server, both stubs' IPC and the client). Scratch
 timings of these loops were quoted in docs/PERFORMANCE.md before this script held them.
 
-    python -m benchmarks.stub_inprocess [--rounds 9]
+    python -m benchmarks.stub_inprocess [--rounds 9] [--adapters-of REV]
+
+``--adapters-of REV`` times revision REV's adapters (``model_repository/*/1/model.py``, read with
+``git show``) on this tree's ``renderer/`` and ``triton_io/``: the same loops before an adapter change.
 
 Writes ``benchmarks/results/stub_inprocess.json``.
 """
@@ -74,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--repeat", type=int, default=5, help="passes over the input set per round")
+    ap.add_argument("--adapters-of", metavar="REV", help="time git revision REV's adapters instead")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
 
     from tests.support import fake_triton as ft
 
     with tempfile.TemporaryDirectory(prefix="stub-inprocess-") as tmp, ft.rendered_repository(Path(tmp)) as repo:
+        if a.adapters_of:  # before any model loads
+            from benchmarks.lane_ab import write_adapters_of
+
+            write_adapters_of(a.adapters_of, repo.repo)
         completions = [bytes_input(r["prompt"]["content"][0]) for r in rows("completion_mix")]
         chats = [
             {
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python -m benchmarks.stub_inprocess " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "adapters_of": a.adapters_of or "this tree",
         "median_us_per_request": result,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -63,10 +63,8 @@ class TritonPythonModel:
         if not rest:
             return out
         prompts, params = io.parse_each(rest, self._parse)
-        answers = iter(
-            self._respond(r, res, p)
-            for r, res, p in zip(rest, self.renderer.render_batch(prompts, params, ids_as_array=True), params)
-        )
+        results = self.renderer.render_batch(prompts, params, ids_as_array=True)
+        answers = iter([self._respond(r, res, p) for r, res, p in zip(rest, results, params)])
         return [o if o is not None else next(answers) for o in out]
 
     def _text_only(self, request: Any) -> Any:
