@@ -714,6 +714,15 @@ def run(plan: Plan) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - recorded in the report
         res["openai_front"] = {"error": str(e)}
 
+    # 10. what each server weighs and how fast it starts (benchmarks.footprint)
+    log("footprint: memory (PSS of every process) and start-up of the render-only and default servers")
+    try:
+        from benchmarks import footprint
+
+        res["footprint"] = footprint.run(load_s=5.0 if plan.quick else 15.0)
+    except Exception as e:  # noqa: BLE001 - recorded in the report
+        res["footprint"] = {"error": str(e)}
+
     res["elapsed_s"] = time.time() - t_start
     return res
 

@@ -5,11 +5,15 @@ and encoder-decoder models) and ``model_repository/`` rendered into the build fo
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import string
+import subprocess
+import sys
 from pathlib import Path
 
-from launcher.settings import ROOT, TEMPLATES, Settings, gpu_visible
+from launcher.settings import ENCODER_DECODER_MODELS, ROOT, TEMPLATES, Settings, gpu_visible
 
 
 def model_family(s: Settings) -> str | None:
@@ -25,6 +29,7 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         kind = "KIND_GPU" if gpu_visible() else "KIND_CPU"
     return {
         "model_dir": str(s.resolved_model_dir),
+        "tokenizer_record": str(tokenizer_record_dir(s)),
         "encdec_model_dir": str(s.resolved_encdec_model_dir),
         "tokenize_instances": str(s.resolved_tokenize_instances),
         "chat_render_instances": str(s.resolved_chat_render_instances),
@@ -122,6 +127,8 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
     for model in sorted(p for p in TEMPLATES.iterdir() if p.is_dir()):
         if model.name == "llm" and s.engine_model_dir:
             continue  # the user's engine folder takes its place (below)
+        if model.name in ENCODER_DECODER_MODELS and not s.serves_encoder_decoder:
+            continue
         chosen = pick_config(model, family)
         if model.name == "llm" and s.llm_engine == "vllm":
             chosen = model / "config.vllm.pbtxt"
@@ -190,10 +197,44 @@ def prepare(s: Settings) -> None:
         raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
     if s.llm_engine == "vllm" and model_family(s) is not None:
         check_vllm_images(s)
-    if not s.encoder_decoder_model_dir:
+    if s.serves_encoder_decoder and not s.encoder_decoder_model_dir:
         # The tiny BART borrows the default model's tokenizer.
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
+    record_tokenizer(s)
     render_repository(s, model_family(s))
+
+
+def tokenizer_record_dir(s: Settings) -> Path:
+    """Where the served model's tokenizer record lives: beside the built models (one record per
+    model folder, shared by every build folder, and baked into an image that builds its models),
+    unless that folder cannot be written and holds no current record (a read-only image serving
+    another model): then in the build folder."""
+    from renderer import light_tokenizer
+
+    key = hashlib.sha256(str(s.resolved_model_dir).encode()).hexdigest()[:16]
+    shared = Path(s.models_dir) / "tokenizer_records" / key
+    if light_tokenizer.is_current(shared, s.resolved_model_dir):
+        return shared
+    existing = next(p for p in (shared, *shared.parents) if p.exists())
+    return shared if os.access(existing, os.W_OK) else s.build / "tokenizer_record"
+
+
+def record_tokenizer(s: Settings) -> None:
+    """Record the served model's tokenizer for the stubs (``renderer/light_tokenizer.py``), in a
+    process of its own so that the launcher never imports transformers; kept while the model
+    folder and transformers are unchanged. An unproven record is kept too: the stubs then load
+    transformers and log the record's reason."""
+    from renderer import light_tokenizer
+
+    out = tokenizer_record_dir(s)
+    if light_tokenizer.is_current(out, s.resolved_model_dir):
+        return
+    subprocess.run(
+        [sys.executable, "-c", light_tokenizer.BUILD_COMMAND, str(s.resolved_model_dir), str(out)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=True,
+    )
 
 
 def check_vllm_images(s: Settings) -> None:

@@ -25,6 +25,15 @@ BUILTIN_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2-vl": "tiny-qwen2_vl
 
 TEMPLATES = ROOT / "model_repository"
 
+# The encoder-decoder ensembles and the stages only they use (served with ``encoder_decoder``).
+ENCODER_DECODER_MODELS = (
+    "render_encoder_decoder",
+    "encoder_decoder_completion",
+    "tokenize_enc_dec",
+    "llm_enc_dec",
+    "detokenize_enc_dec",
+)
+
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
@@ -84,6 +93,10 @@ class Settings:
     image_processor: str = media_defaults.DEFAULT_IMAGE_PROCESSOR
     """"fast": images resized and normalized as transformers' torchvision-based processors do, what
     vLLM runs wherever torchvision is installed; "slow": as the PIL-based ones (``use_fast=False``)."""
+    encoder_decoder: bool = False
+    """Serve the encoder-decoder ensembles (``render_encoder_decoder``, ``encoder_decoder_completion``)
+    and their stages; also on when ``encoder_decoder_model_dir`` is set or ``models`` names one of
+    them. Off, their stubs (about 0.9 GB with transformers' models) are not started."""
     encoder_decoder_model_dir: str = ""
     """Encoder-decoder model for the encoder-decoder ensembles. Empty: the tiny built-in BART."""
     build_dir: str = str(ROOT / "build")
@@ -243,6 +256,12 @@ class Settings:
         if self.encoder_decoder_model_dir:
             return Path(self.encoder_decoder_model_dir).resolve()
         return Path(self.models_dir) / "tiny-bart-seq2seq"
+
+    @property
+    def serves_encoder_decoder(self) -> bool:
+        """Whether the encoder-decoder ensembles are served (``encoder_decoder``)."""
+        named = {m.strip() for m in self.models.split(",")} & set(ENCODER_DECODER_MODELS)
+        return self.encoder_decoder or bool(self.encoder_decoder_model_dir) or bool(named)
 
     @property
     def repository(self) -> Path:

@@ -104,16 +104,21 @@ class ChatStage:
 
     @classmethod
     def from_model_dir(
-        cls, model_dir: str | Path, media_limits: MediaLimits | None = None, **options: Any
+        cls,
+        model_dir: str | Path,
+        media_limits: MediaLimits | None = None,
+        tokenizer_record: str | None = None,
+        **options: Any,
     ) -> "ChatStage":
-        """``media_limits``: the server's (``LIMIT_MM_PER_PROMPT``); ``options``: further
-        ``ChatRenderer`` settings (server-wide, e.g. template trust)."""
+        """``media_limits``: the server's (``LIMIT_MM_PER_PROMPT``); ``tokenizer_record``: as
+        ``Tokenizer.from_pretrained``'s ``record``; ``options``: further ``ChatRenderer`` settings
+        (server-wide, e.g. template trust)."""
         # The server's stage checks tool_choice as vLLM's online renderer does (vLLM's defaults).
         policy = options.setdefault("tool_choice_policy", ToolChoicePolicy())
         if policy.reasoning_parser:
             from .tokenizer import Tokenizer
 
-            policy.check_vocabulary(Tokenizer.from_pretrained(model_dir).hf.get_vocab())
+            policy.check_vocabulary(Tokenizer.from_pretrained(model_dir, record=tokenizer_record).hf.get_vocab())
         family = detect_family(model_dir)
         placeholder = load_family(model_dir).placeholder_text if family else None
         chat = ChatRenderer.from_model_dir(

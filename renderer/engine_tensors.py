@@ -351,12 +351,13 @@ class GenerationResolver:
     """Per model: turns validated ``SamplingParams`` into the engine and post-processing tensors."""
 
     @classmethod
-    def from_model_dir(cls, model_dir: str) -> "GenerationResolver":
+    def from_model_dir(cls, model_dir: str, tokenizer_record: str | None = None) -> "GenerationResolver":
+        """``tokenizer_record``: as ``Tokenizer.from_pretrained``'s ``record``."""
         from .model_info import ModelInfo
         from .tokenizer import Tokenizer
 
         info = ModelInfo.from_model_dir(model_dir)
-        return cls(Tokenizer.from_pretrained(model_dir), info.eos_token_ids, info.pad_token_id)
+        return cls(Tokenizer.from_pretrained(model_dir, record=tokenizer_record), info.eos_token_ids, info.pad_token_id)
 
     def __init__(self, tokenizer: "object", config_eos: Sequence[int], pad_id: int | None) -> None:
         """``tokenizer`` is a ``renderer.tokenizer.Tokenizer``; ``config_eos`` the generation

@@ -58,6 +58,10 @@ class RendererConfig:
     tokenizer_backend: str = "auto"
     """Text encoding engine: "auto", "huggingface" or "fastokens" (``renderer.tokenizer_backend``)."""
 
+    tokenizer_record: str = ""
+    """The folder holding the model's proven tokenizer record (``renderer.light_tokenizer``), which
+    spares the stub transformers; empty: transformers loads the tokenizer."""
+
 
 class Renderer:
     """Turns completion requests into engine inputs exactly as vLLM's renderer does."""
@@ -71,7 +75,10 @@ class Renderer:
     @classmethod
     def from_config(cls, config: RendererConfig) -> "Renderer":
         info = ModelInfo.from_model_dir(config.model_dir, config.max_model_len)
-        return cls(Tokenizer.from_pretrained(Path(config.model_dir), backend=config.tokenizer_backend), info, config)
+        tokenizer = Tokenizer.from_pretrained(
+            Path(config.model_dir), backend=config.tokenizer_backend, record=config.tokenizer_record or None
+        )
+        return cls(tokenizer, info, config)
 
     def warmup(self) -> bool:
         """Render one text prompt before the first request: the tokenizer's lazily computed

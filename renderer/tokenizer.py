@@ -11,13 +11,16 @@ transformers call. Text without offsets goes to ``fastokens`` where it is proven
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import tokenizer_backend
+from . import light_tokenizer, tokenizer_backend
+
+log = logging.getLogger("renderer.tokenizer")
 
 
 @dataclass(frozen=True)
@@ -48,18 +51,31 @@ class EncodeOptions:
 class Tokenizer:
     """Thread-safe batch tokenizer over a Hugging Face tokenizer folder."""
 
-    def __init__(self, hf_tokenizer: Any, backend: str = "huggingface") -> None:
+    def __init__(self, hf_tokenizer: Any, backend: str = "huggingface", source: str = "transformers") -> None:
         self._proto = hf_tokenizer
         self._local = threading.local()
         self.backend, self._fast = tokenizer_backend.choose(backend, hf_tokenizer)
+        self.source = source
+        """Where the tokenizer came from: the proven record (``light_tokenizer``) or transformers, and why."""
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, backend: str = "huggingface", **kwargs: Any) -> "Tokenizer":
+    def from_pretrained(
+        cls, path: str | Path, *, backend: str = "huggingface", record: str | Path | None = None
+    ) -> "Tokenizer":
         """``backend``: ``auto`` (fastokens where proven equal, else Hugging Face),
-        ``huggingface`` or ``fastokens`` (an error where it cannot serve this tokenizer)."""
+        ``huggingface`` or ``fastokens`` (an error where it cannot serve this tokenizer).
+        ``record``: the folder ``light_tokenizer.build`` recorded this model's tokenizer in; where
+        the record is proven and current, transformers is never imported; otherwise (or without
+        one) transformers loads the tokenizer, and ``source`` says why."""
+        reason = "no tokenizer record given"
+        if record:
+            light, reason = light_tokenizer.load(record, path)
+            if light is not None:
+                return cls(light, backend, reason)
+            log.warning("tokenizer from transformers: %s", reason)
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(str(path), **kwargs), backend)
+        return cls(AutoTokenizer.from_pretrained(str(path)), backend, f"transformers ({reason})")
 
     # --- per-thread copies ----------------------------------------------------------------
 

@@ -153,6 +153,8 @@ def server_settings(model_dir):
         # the batch-isolation tests rely on.
         max_queue_delay_us=5000,
         tokenize_instances=1,
+        # The encoder-decoder ensembles are opt-in; tests/live/test_encoder_decoder_live.py uses them here.
+        encoder_decoder=True,
         enable_prompt_embeds=True,  # tests/live/test_prompt_embeds_live.py runs a second server with it off
         # The sandbox tests send their own templates; tests/live/test_chat_vllm_fixtures_live.py runs the
         # other templates' servers untrusted, vLLM's default.

@@ -888,6 +888,40 @@ def streaming_section(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def footprint_section(res: dict[str, Any]) -> list[str]:
+    """Memory and start-up of the render-only and default servers (``benchmarks.footprint``)."""
+    fp = res.get("footprint")
+    if not fp:
+        return []
+    lines = ["## What a server weighs and how fast it starts", ""]
+    if "error" in fp:
+        return lines + [f"Not measured: {fp['error']}", ""]
+    lines += [
+        "PSS summed over every process of the server (supervisor, watchdog, front, tritonserver, each "
+        "stub), after a warm-up and after a load of render requests from 8 clients; start is "
+        "`launcher start` to ready; restart is tritonserver killed with SIGKILL until the supervisor "
+        f"has it ready again ({fp['cpus']} CPUs; `python -m benchmarks.footprint`).",
+        "",
+    ]
+    rows = []
+    for r in fp["servers"]:
+        per = r["after_load"]["per_process_mb"]
+        rows.append(
+            [
+                r["server"],
+                r["models"],
+                _f(r["start_s"]),
+                _f(r["restart_after_sigkill_s"]),
+                _f(r["after_warmup"]["total_mb"], 0),
+                _f(r["after_load"]["total_mb"], 0),
+                r["after_load"]["processes"],
+                ", ".join(f"{k} {' + '.join(_f(v, 0) for v in vs)}" for k, vs in sorted(per.items())),
+            ]
+        )
+    head = ["server", "models", "start s", "restart s", "PSS warm MB", "PSS loaded MB", "processes", "per process MB"]
+    return lines + [_table(head, rows), ""]
+
+
 def inprocess_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
     """The in-process baselines."""
     lines: list[str] = []

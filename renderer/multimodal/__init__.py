@@ -3,32 +3,38 @@ kernels), placeholder expansion, item identity and a byte-bounded processor cach
 
 Entry point: ``MultiModalProcessor.from_model_dir(dir, limits=..., cache_bytes=...)`` then
 ``process(prompt_ids, items, mm_processor_kwargs, media_io_kwargs)``.
+
+The names below load on first use: a stage that imports one submodule (the image tensors'
+table, the family detection) must not pay for the processor's imports (the chat message types,
+pydantic and openai, PIL, numba), which text-only stubs never use.
 """
 
-from .cache import CacheStats, ProcessorCache
-from .identity import content_hash, uuid_key, validate_mm_uuids
-from .media import LoadedImage, MediaLimits, load_image
-from .processor import (
-    MultiModalOutput,
-    MultiModalProcessor,
-    PlaceholderRange,
-    items_from_mm_data,
-)
-from .registry import detect_family, load_family
+from __future__ import annotations
 
-__all__ = [
-    "CacheStats",
-    "LoadedImage",
-    "MediaLimits",
-    "MultiModalOutput",
-    "MultiModalProcessor",
-    "PlaceholderRange",
-    "ProcessorCache",
-    "content_hash",
-    "detect_family",
-    "items_from_mm_data",
-    "load_family",
-    "load_image",
-    "uuid_key",
-    "validate_mm_uuids",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "CacheStats": "cache",
+    "ProcessorCache": "cache",
+    "content_hash": "identity",
+    "uuid_key": "identity",
+    "validate_mm_uuids": "identity",
+    "LoadedImage": "media",
+    "MediaLimits": "media",
+    "load_image": "media",
+    "MultiModalOutput": "processor",
+    "MultiModalProcessor": "processor",
+    "PlaceholderRange": "processor",
+    "items_from_mm_data": "processor",
+    "detect_family": "registry",
+    "load_family": "registry",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -50,8 +50,16 @@ from ..errors import (
     UnsupportedMultiModalError,
 )
 from ..model_info import read_json_object
-from . import kernels
 from .media import LoadedImage
+
+
+def _kernels() -> Any:
+    """The numba kernels, imported on first use: numba costs a process about 40 MB, which a
+    text model's chat stage (that imports this module to detect the family) never needs."""
+    from . import kernels
+
+    return kernels
+
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -196,6 +204,7 @@ class ImageFamily:
         self.do_normalize = bool(pp.get("do_normalize", True))
         self.image_mean = tuple(float(x) for x in pp.get("image_mean", OPENAI_CLIP_MEAN))
         self.image_std = tuple(float(x) for x in pp.get("image_std", OPENAI_CLIP_STD))
+        kernels = _kernels()
         build = kernels.build_lut_fast if image_processor == "fast" else kernels.build_lut
         self.lut = build(self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std)
         self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
@@ -324,9 +333,9 @@ class Qwen2VLFamily(ImageFamily):
         rgb = self.resize(img, h, w)
         args = (rgb, self.lut, self.patch_size, self.merge_size, self.temporal_patch_size)
         if device == "cpu":
-            pv = _freeze(kernels.patchify_qwen(*args))
+            pv = _freeze(_kernels().patchify_qwen(*args))
         else:
-            pv = kernels.patchify_qwen_torch(*args, device=device)
+            pv = _kernels().patchify_qwen_torch(*args, device=device)
         gh, gw = h // self.patch_size, w // self.patch_size
         n = gh * gw // (self.merge_size**2)
         return ProcessedImage(pv, (1, gh, gw), (self.image_pad_id,) * n, 0, _nbytes(pv))
@@ -436,9 +445,9 @@ class PixtralFamily(ImageFamily):
         h, w = self.target_size(img.height, img.width, kwargs)
         rgb = self.resize(img, h, w)
         if device == "cpu":
-            pv = _freeze(kernels.normalize_chw(rgb, self.lut))
+            pv = _freeze(_kernels().normalize_chw(rgb, self.lut))
         else:
-            pv = kernels.normalize_chw_torch(rgb, self.lut, device)
+            pv = _kernels().normalize_chw_torch(rgb, self.lut, device)
         return ProcessedImage(pv, (h, w), self.tokens_for(h, w), 0, _nbytes(pv))
 
     def empty_tensors(self) -> dict[str, np.ndarray]:

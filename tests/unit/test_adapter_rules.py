@@ -299,7 +299,9 @@ def test_launcher_hands_max_model_len_to_every_stage_that_checks_lengths(tmp_pat
     from launcher import repository
     from tests.support.fake_triton import parse_config
 
-    s = replace(launch.Settings(), build_dir=str(tmp_path), max_model_len=64, mm_instance_kind="KIND_CPU")
+    s = replace(
+        launch.Settings(), build_dir=str(tmp_path), max_model_len=64, mm_instance_kind="KIND_CPU", encoder_decoder=True
+    )
     repo = repository.render_repository(s, family)
     for model in ("tokenize", "tokenize_enc_dec"):
         assert parse_config(repo / model / "config.pbtxt").parameters["max_model_len"].string_value == "64", model

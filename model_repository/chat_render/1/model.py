@@ -28,6 +28,7 @@ class TritonPythonModel:
         self.stage = ChatStage.from_model_dir(
             params["model_dir"],
             media_limits=MediaLimits.from_config(params),
+            tokenizer_record=params.get("tokenizer_record") or None,
             trust_request_chat_template=io.flag(params, "trust_request_chat_template"),
             trust_request_mm_kwargs=io.flag(params, "trust_request_mm_kwargs"),
             request_template_limits=RequestTemplateLimits.from_config(params),
@@ -40,6 +41,7 @@ class TritonPythonModel:
         pb_utils.Logger.log_info(
             f"chat_render: chat template engine for the model's template {choice.engine} ({choice.reason})"
         )
+        io.return_freed_memory()
 
     def finalize(self) -> None:
         self.stage.close()

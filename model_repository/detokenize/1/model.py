@@ -65,7 +65,8 @@ class TritonPythonModel:
         self.parses = any(o["name"] == "parsed_output" for o in config.get("output", []))
         self.engine = params["engine_model"]
         self.encoder_decoder = io.flag(params, "encoder_decoder")
-        self.tokenizer = Tokenizer.from_pretrained(params["model_dir"])
+        self.tokenizer = Tokenizer.from_pretrained(params["model_dir"], record=params.get("tokenizer_record") or None)
+        pb_utils.Logger.log_info(f"{self.name}: tokenizer: {self.tokenizer.source}")
         self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
         # Tool calls and reasoning read from a chat's text, as chat_render's output_parsing says.
         self.answers = AnswerParser(self.tokenizer.hf.get_vocab())
@@ -74,6 +75,7 @@ class TritonPythonModel:
         # Every BLS call's Python objects outlive the stub's own references to them, so none is
         # freed without the GIL (triton_io/deferred_release.py).
         self._finished = DeferredRelease(f"{self.name}-release")
+        io.return_freed_memory()
 
     def finalize(self) -> None:
         self._finished.close()

@@ -16,7 +16,9 @@ OUT = io.StageOutputs("ensemble_params")
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
+        p = io.model_params(args)
+        self.resolver = GenerationResolver.from_model_dir(p["model_dir"], p.get("tokenizer_record") or None)
+        io.return_freed_memory()
 
     def _one(self, request: Any) -> Any:
         front = parse_front_request(lambda name: io.get(request, name))

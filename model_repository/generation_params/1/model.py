@@ -17,7 +17,9 @@ OUT = io.StageOutputs("generation_params")
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        self.resolver = GenerationResolver.from_model_dir(io.model_params(args)["model_dir"])
+        p = io.model_params(args)
+        self.resolver = GenerationResolver.from_model_dir(p["model_dir"], p.get("tokenizer_record") or None)
+        io.return_freed_memory()
 
     def _one(self, request: Any) -> Any:
         req = GenerationRequest.from_fields(

@@ -31,11 +31,14 @@ class TritonPythonModel:
                 max_model_len=int(p.get("max_model_len") or 0),
                 enable_prompt_embeds=io.flag(p, "enable_prompt_embeds"),
                 tokenizer_backend=p.get("tokenizer_backend") or "auto",
+                tokenizer_record=p.get("tokenizer_record") or "",
             )
         )
         self.renderer.warmup()
         backend = self.renderer.tokenizer.backend
+        pb_utils.Logger.log_info(f"tokenize: tokenizer: {self.renderer.tokenizer.source}")
         pb_utils.Logger.log_info(f"tokenize: tokenizer backend {backend.name} ({backend.reason})")
+        io.return_freed_memory()
 
     def _parse(self, request: Any) -> Any:
         inputs = io.inputs(request)
