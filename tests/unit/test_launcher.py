@@ -28,6 +28,7 @@ def test_every_placeholder_is_filled(tmp_path, model_dir):
         tokenize_instances=3,
         max_batch_size=17,
         max_queue_delay_us=123,
+        encoder_decoder=True,
     )
     repo = repository.render_repository(s)
     configs = {p.parent.name: p.read_text() for p in repo.glob("*/config.pbtxt")}
@@ -283,3 +284,38 @@ def test_supervisor_restarts_a_server_that_crashes_while_loading(tmp_path, monke
         sup.request_stop()
         runner.join(30)
     assert not runner.is_alive()
+
+
+def test_the_encoder_decoder_models_are_served_only_when_asked(tmp_path, model_dir):
+    """A decoder-only server starts no encoder-decoder stub (about 0.9 GB with their models); the
+    setting, a model folder for them, or MODELS naming one of them brings them back."""
+    from launcher.settings import ENCODER_DECODER_MODELS
+
+    base = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir))
+    assert not set(ENCODER_DECODER_MODELS) & {
+        p.parent.name for p in repository.render_repository(base).glob("*/config.pbtxt")
+    }
+    for s in (
+        replace(base, encoder_decoder=True),
+        replace(base, encoder_decoder_model_dir=str(model_dir)),
+        replace(base, models="render_completion,render_encoder_decoder"),
+    ):
+        rendered = {p.parent.name for p in repository.render_repository(s).glob("*/config.pbtxt")}
+        assert set(ENCODER_DECODER_MODELS) <= rendered, s
+
+
+def test_the_stages_get_the_recorded_tokenizer(tmp_path, model_dir):
+    """Every stage that loads the model's tokenizer is handed the record the launcher made, and
+    the record is proven (so the stubs never import transformers)."""
+    from renderer import light_tokenizer
+    from tests.support.fake_triton import parse_config
+
+    s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir))
+    repository.record_tokenizer(s)
+    record = repository.tokenizer_record_dir(s)
+    assert light_tokenizer.is_current(record, model_dir)
+    assert light_tokenizer.load(record, model_dir)[0] is not None
+    repo = repository.render_repository(s)
+    for stage in ("tokenize", "detokenize", "generation_params", "ensemble_params", "chat_render"):
+        params = parse_config(repo / stage / "config.pbtxt").parameters
+        assert params["tokenizer_record"].string_value == str(record), stage
