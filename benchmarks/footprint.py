@@ -100,7 +100,7 @@ def footprint(root: int) -> dict[str, Any]:
 
 def _send(client: Any, kind: str, request: dict[str, Any]) -> None:
     if kind == "chat":
-        client.render_chat(request["messages"], chat_params={"add_generation_prompt": True})
+        client.render_chat(request["messages"], chat_params=request["chat_params"])
     else:
         client.render_completion(request["prompt"])
 

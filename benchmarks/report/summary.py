@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import head_to_head as h2h
-from benchmarks.layout import HTTP_PORT, MAIN_INPUTS, PEER_PORT
+from benchmarks.layout import HTTP_PORT, MAIN_INPUTS, PEER_PORT, VLLM_RS_PORT
 
 
 MODELS = list(MAIN_INPUTS)
@@ -92,7 +92,13 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         "settings": {
             **res["settings"],
             "inputs": MAIN_INPUTS,
-            "ports": {"http": HTTP_PORT, "grpc": HTTP_PORT + 1, "metrics": HTTP_PORT + 2, "peer": PEER_PORT},
+            "ports": {
+                "http": HTTP_PORT,
+                "grpc": HTTP_PORT + 1,
+                "metrics": HTTP_PORT + 2,
+                "peer": PEER_PORT,
+                "vllm_rs": VLLM_RS_PORT,
+            },
         },
     }
     pfk = res.get("peer_fastokens") or {}
@@ -184,6 +190,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     s["p50_ms_c1"] = p50
     s.update(head_to_head_summary(res))
     s["ids_equal"] = ids_summary(res)
+    s["vllm_rs"] = vllm_rs_summary(res, s)
     s["streaming"] = res.get("streaming")
     s["scaling"] = [
         {
@@ -209,7 +216,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     ]
     lg = [
         r
-        for r in res["loadgen"] + peer.get("loadgen", []) + pfk.get("loadgen", [])
+        for r in res["loadgen"] + peer.get("loadgen", []) + pfk.get("loadgen", []) + _rs(res).get("loadgen", [])
         if r.get("client_cpu_us_per_request")
     ]
     s["loadgen_client_cpu_us_per_request"] = {
@@ -244,19 +251,24 @@ def head_to_head_summary(res: dict[str, Any]) -> dict[str, Any]:
             "rounds": hh["rounds"],
             "window": hh.get("window"),
             "errors": hh.get("errors", []),
-            "method": "our server, the floor and both peers up at once; each round measures every target once per case, the "
+            "method": "our server, the floor and the peers up at once; each round measures every target once per case, the "
             "order reversed every other round; figures are medians over rounds",
             "rows": [{k: v for k, v in r.items() if k != "samples"} for r in rows],
         }
     }
-    sides = ("ours", "floor", "peer", "peer_fastokens")
+    sides = ("ours", "floor", "peer", "peer_fastokens", "vllm_rs")
     p50: dict[str, Any] = {side + drv: {} for drv in ("", "_loadgen") for side in sides}
     for model in MODELS:
         key = model.removeprefix("render_")
         # Each driver against itself: perf_analyzer's rows, then the load generator's (sides ending in
         # _loadgen). The floor runs perf_analyzer over gRPC only: ours over gRPC against it.
         for drv in ("", "_loadgen"):
-            for side, name in (("peer", "vs_vllm"), ("peer_fastokens", "vs_vllm_fastokens"), ("floor", "vs_floor")):
+            for side, name in (
+                ("peer", "vs_vllm"),
+                ("peer_fastokens", "vs_vllm_fastokens"),
+                ("vllm_rs", "vs_vllm_rs"),
+                ("floor", "vs_floor"),
+            ):
                 grpc_only = "ours grpc" if side + drv == "floor" else None
                 ours = h2h.best(rows, model, "ours" + drv, target=grpc_only)
                 theirs = h2h.best(rows, model, side + drv)
@@ -296,6 +308,9 @@ def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
     rows = pfk.get("verify", []) + pfk.get("loadgen", [])
     if rows:
         out["vllm_render_server_fastokens_vs_ours"] = _tally(rows)
+    rows = _rs(res).get("verify", []) + _rs(res).get("loadgen", [])
+    if rows:
+        out["vllm_rs_vs_ours"] = _tally(rows)
     if res.get("loadgen"):
         out["triton_generate_vs_our_grpc"] = _tally(res["loadgen"])
     for name, checks in ((res.get("inprocess") or {}).get("checks") or {}).items():
@@ -304,3 +319,119 @@ def ids_summary(res: dict[str, Any]) -> dict[str, Any]:
             agg["checked"] += v["checked"]
             agg["mismatched"] += v["mismatched"]
     return out
+
+
+def _rs(res: dict[str, Any]) -> dict[str, Any]:
+    """vllm-rs's results when it ran, else {}."""
+    rs = res.get("vllm_rs") or {}
+    return rs if rs.get("status") == "ran" else {}
+
+
+def _pss(fp: dict[str, Any] | None) -> float | None:
+    return (fp or {}).get("total_mb")
+
+
+def _our_render_server(res: dict[str, Any]) -> dict[str, Any]:
+    """Our render-only server's footprint row (``benchmarks.footprint``), {} when it was not measured."""
+    servers = (res.get("footprint") or {}).get("servers") or []
+    return next((r for r in servers if r.get("server") == "render"), {})
+
+
+def _beside(figure: str, better: str, ours: float | None, vllm: float | None, rs: float | None) -> dict[str, Any]:
+    """One figure of ours, vLLM Python's and vllm-rs's, and each of the first two over vllm-rs's."""
+    return {
+        "figure": figure,
+        "better": better,
+        "ours": _r(ours),
+        "vllm": _r(vllm),
+        "vllm_rs": _r(rs),
+        "ours_over_vllm_rs": _ratio(ours, rs),
+        "vllm_over_vllm_rs": _ratio(vllm, rs),
+    }
+
+
+def _rs_figures(res: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
+    """vllm-rs beside ours and vLLM Python's: best throughput and p50 at c=1 (sweeps and, where it
+    ran, head-to-head medians), PSS after load and start-to-ready."""
+    rs, rows = _rs(res), (res.get("head_to_head") or {}).get("rows") or []
+    best, p50 = s["best_throughput"], s["p50_ms_c1"]
+    out = []
+    for model, name in MAIN_INPUTS.items():
+        rs_best = _best([r for r in rs.get("sweep", []) + rs.get("loadgen", []) if r.get("input") == name])
+        ours_p50 = [v for k, v in p50["ours"].items() if k.startswith(model + " ")]
+        rs_p50 = [r["p50_ms"] for r in _ok(rs.get("sweep", [])) if r["model"] == model and r["concurrency"] == 1]
+        out.append(
+            _beside(
+                f"{model} req/s, best of the sweeps",
+                "higher",
+                ((best["ours"] or {}).get(model) or {}).get("requests_per_s"),
+                ((best["peer"] or {}).get(model) or {}).get("requests_per_s"),
+                rs_best and rs_best["requests_per_s"],
+            )
+        )
+        out.append(
+            _beside(
+                f"{model} p50 ms at c=1, sweeps",
+                "lower",
+                min(ours_p50, default=None),
+                (p50["peer"] or {}).get(f"{model} http-json"),
+                min(rs_p50, default=None),
+            )
+        )
+        if rows:
+            hb = {side: h2h.best(rows, model, side) for side in ("ours", "peer", "vllm_rs")}
+            hp = {side: h2h.p50_c1(rows, model, side) for side in ("ours", "peer", "vllm_rs")}
+            out.append(
+                _beside(
+                    f"{model} req/s, head-to-head median", "higher", *(r and r["requests_per_s"] for r in hb.values())
+                )
+            )
+            out.append(
+                _beside(
+                    f"{model} p50 ms at c=1, head-to-head median", "lower", *(r and r["p50_ms"] for r in hp.values())
+                )
+            )
+    ours_fp, peer = _our_render_server(res), res.get("peer") or {}
+    out.append(
+        _beside(
+            "PSS MB after load",
+            "lower",
+            _pss(ours_fp.get("after_load")),
+            _pss(peer.get("footprint_after_load")),
+            _pss(rs.get("footprint_after_load")),
+        )
+    )
+    out.append(_beside("start to ready s", "lower", ours_fp.get("start_s"), peer.get("startup_s"), rs.get("startup_s")))
+    return out
+
+
+def vllm_rs_summary(res: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's Rust render server: its version, its figures beside ours and vLLM Python's (as ratios),
+    and how often its answers differ from vLLM Python's: on the bench inputs (against our ids, which
+    the Python peer's own check compares with vLLM's) and on vLLM's recorded chat corpus."""
+    rs = res.get("vllm_rs") or {}
+    if rs.get("status") != "ran":
+        return {"status": rs.get("status", "not run"), "reason": rs.get("reason", "")}
+    corpus = rs.get("corpus") or {}
+    per_template = {
+        name: {k: v for k, v in t.items() if k != "differing_cases"} for name, t in corpus.get("templates", {}).items()
+    }
+    return {
+        "status": "ran",
+        "version": rs.get("version"),
+        "command": rs.get("command"),
+        "figures": _rs_figures(res, s),
+        "bench_inputs_vs_ours": {
+            **_tally(rs.get("verify", [])),
+            "per_input": {r["input"]: _tally([r]) for r in rs.get("verify", []) if "input" in r},
+            "first_errors": [e for r in rs.get("verify", []) for e in r.get("first_errors", [])][:5],
+        },
+        "bench_inputs_python_peer_vs_ours": (s["ids_equal"] or {}).get("vllm_render_server_vs_ours"),
+        "corpus": {
+            "corpus": corpus.get("corpus"),
+            "recorded_by": corpus.get("recorded_by"),
+            "not_replayed": corpus.get("not_replayed"),
+            "total": corpus.get("total"),
+            "templates": per_template,
+        },
+    }

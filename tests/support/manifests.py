@@ -17,7 +17,7 @@ DOCKER = ROOT / "docker"
 
 K8S = DOCKER / "k8s"
 
-OVERLAYS = {"cpu": K8S / "overlays" / "cpu", "gpu": K8S / "overlays" / "gpu"}
+OVERLAYS = {name: K8S / "overlays" / name for name in ("cpu", "gpu", "render")}
 
 KUSTOMIZATIONS = {**OVERLAYS, "loadtest": K8S / "loadtest"}
 
