@@ -5,7 +5,6 @@ and encoder-decoder models) and ``model_repository/`` rendered into the build fo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import string
@@ -205,14 +204,14 @@ def prepare(s: Settings) -> None:
 
 
 def tokenizer_record_dir(s: Settings) -> Path:
-    """Where the served model's tokenizer record lives: beside the built models (one record per
-    model folder, shared by every build folder, and baked into an image that builds its models),
-    unless that folder cannot be written and holds no current record (a read-only image serving
-    another model): then in the build folder."""
+    """Where the served model's tokenizer record lives: beside the built models, named by the
+    model folder's fingerprint (so every build folder and every copy of the same files share one
+    record, and an image that builds its models carries it), unless that folder cannot be
+    written and holds no current record (a read-only image serving another model): then in the
+    build folder."""
     from renderer import light_tokenizer
 
-    key = hashlib.sha256(str(s.resolved_model_dir).encode()).hexdigest()[:16]
-    shared = Path(s.models_dir) / "tokenizer_records" / key
+    shared = Path(s.models_dir) / "tokenizer_records" / light_tokenizer.fingerprint(s.resolved_model_dir)[:24]
     if light_tokenizer.is_current(shared, s.resolved_model_dir):
         return shared
     existing = next(p for p in (shared, *shared.parents) if p.exists())

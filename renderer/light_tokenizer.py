@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from . import tokenizer_backend
 
-FORMAT = 1
+FORMAT = 2
 """Version of the record's layout; a record of another format is rebuilt."""
 
 BUILD_COMMAND = "import sys; from renderer.light_tokenizer import main; sys.exit(main())"
@@ -71,6 +71,12 @@ class TokenizerFacts:
     clean_up_decode: bool
     """Whether transformers' ``decode`` applies its clean-up of spaces before punctuation (its
     ``clean_up_tokenization_spaces``, which it ignores for BPE models unless forced)."""
+
+    max_token_id: int
+    """The largest id of ``get_vocab()``."""
+
+    max_chars_per_token: int
+    """The longest token string of ``get_vocab()``: a bound on the characters one token covers."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,16 @@ def fingerprint(model_dir: str | Path) -> str:
 class LightTokenizer:
     """The part of a transformers fast tokenizer the renderer uses, over the recorded Rust core:
     the same attribute and method names, so ``renderer.tokenizer.Tokenizer``, the detokenizer and
-    the load-time fastokens proof take either."""
+    the load-time fastokens proof take either.
 
-    def __init__(self, backend: Any, facts: TokenizerFacts) -> None:
-        self._tokenizer = backend
+    The core can be let go (``release_core``) and is read again from the record's file on its
+    next use: where fastokens encodes every plain text, a stage needs the core only for token
+    offsets, decoding and the texts fastokens declines, and need not hold it (about 15 MB) until
+    a request asks for one of those."""
+
+    def __init__(self, backend: Any, facts: TokenizerFacts, core_file: Path | None = None) -> None:
+        self._core = backend
+        self._core_file = core_file
         self.facts = facts
         self.bos_token_id = facts.bos_token_id
         self.eos_token_id = facts.eos_token_id
@@ -129,8 +141,26 @@ class LightTokenizer:
         self.split_special_tokens = facts.split_special_tokens
 
     @property
+    def _tokenizer(self) -> Any:
+        """The Rust core, read from the record again if it was let go (the name transformers'
+        tokenizers give it, which the detokenizer reads)."""
+        core = self._core
+        if core is None:
+            from tokenizers import Tokenizer as RustTokenizer
+
+            core = self._core = RustTokenizer.from_file(str(self._core_file))
+        return core
+
+    @property
     def backend_tokenizer(self) -> Any:
         return self._tokenizer
+
+    def release_core(self) -> bool:
+        """Let the core go until it is next used; False where there is no file to read it from."""
+        if self._core_file is None:
+            return False
+        self._core = None
+        return True
 
     def __len__(self) -> int:
         return self.facts.vocab_size
@@ -186,8 +216,8 @@ def load(record_dir: str | Path, model_dir: str | Path) -> tuple[LightTokenizer 
         return None, f"{model_dir} changed since its tokenizer was recorded in {record_dir}"
     from tokenizers import Tokenizer as RustTokenizer
 
-    backend = RustTokenizer.from_file(str(record_dir / TOKENIZER_FILE))
-    return LightTokenizer(backend, record.facts), (
+    core_file = record_dir / TOKENIZER_FILE
+    return LightTokenizer(RustTokenizer.from_file(str(core_file)), record.facts, core_file), (
         f"recorded tokenizer, equal to transformers {record.transformers_version} at build ({record.reason})"
     )
 
@@ -198,6 +228,7 @@ def load(record_dir: str | Path, model_dir: str | Path) -> tuple[LightTokenizer 
 def facts_of(hf: Any) -> TokenizerFacts:
     """What ``LightTokenizer`` needs of a transformers fast tokenizer."""
     bpe = type(hf.backend_tokenizer.model).__name__ == "BPE"
+    vocab = hf.get_vocab()
     forced = bool(getattr(hf, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False))
     return TokenizerFacts(
         vocab_size=len(hf),
@@ -207,6 +238,8 @@ def facts_of(hf: Any) -> TokenizerFacts:
         truncation_side=hf.truncation_side or "left",
         split_special_tokens=bool(getattr(hf, "split_special_tokens", False)),
         clean_up_decode=bool(hf.clean_up_tokenization_spaces) and (not bpe or forced),
+        max_token_id=max(vocab.values()) if vocab else len(hf) - 1,
+        max_chars_per_token=max((len(t) for t in vocab), default=1),
     )
 
 
@@ -230,11 +263,17 @@ def proof_problem(hf: Any, light: LightTokenizer) -> tuple[str | None, int]:
         checks += 1
         if getattr(hf, name) != getattr(light, name):
             return f"{name}: transformers {getattr(hf, name)!r}, recorded {getattr(light, name)!r}", checks
-    checks += 2
+    checks += 4
     if len(hf) != len(light):
         return f"len: transformers {len(hf)}, recorded {len(light)}", checks
-    if hf.get_vocab() != light.get_vocab():
+    vocab = hf.get_vocab()
+    if vocab != light.get_vocab():
         return "get_vocab differs", checks
+    if (max(vocab.values(), default=len(hf) - 1), max(map(len, vocab), default=1)) != (
+        light.facts.max_token_id,
+        light.facts.max_chars_per_token,
+    ):
+        return "max_token_id or max_chars_per_token differs from transformers' vocabulary", checks
     texts = tokenizer_backend._probes(hf.backend_tokenizer)
     probe_ids = []
     for add_special in (False, True):

@@ -55,6 +55,10 @@ class Tokenizer:
         self._proto = hf_tokenizer
         self._local = threading.local()
         self.backend, self._fast = tokenizer_backend.choose(backend, hf_tokenizer)
+        self._facts = getattr(hf_tokenizer, "facts", None)
+        if self._fast is not None and hasattr(hf_tokenizer, "release_core"):
+            # fastokens encodes the plain texts; the core comes back for the rest (offsets, decoding).
+            hf_tokenizer.release_core()
         self.source = source
         """Where the tokenizer came from: the proven record (``light_tokenizer``) or transformers, and why."""
 
@@ -92,7 +96,8 @@ class Tokenizer:
 
     @cached_property
     def is_fast(self) -> bool:
-        return getattr(self._proto, "backend_tokenizer", None) is not None
+        # A recorded tokenizer is a Rust core (read without loading it again).
+        return self._facts is not None or getattr(self._proto, "backend_tokenizer", None) is not None
 
     @cached_property
     def vocab_size(self) -> int:
@@ -101,12 +106,16 @@ class Tokenizer:
 
     @cached_property
     def max_token_id(self) -> int:
+        if self._facts is not None:
+            return self._facts.max_token_id
         vocab = self._proto.get_vocab()
         return max(vocab.values()) if vocab else self.vocab_size - 1
 
     @cached_property
     def max_chars_per_token(self) -> int:
         """Longest token string: a bound on the characters one token can cover."""
+        if self._facts is not None:
+            return self._facts.max_chars_per_token
         return max((len(t) for t in self._proto.get_vocab()), default=1)
 
     @property

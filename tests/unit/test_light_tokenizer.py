@@ -210,3 +210,28 @@ print("ok")
         [sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def test_where_fastokens_encodes_the_core_is_let_go_and_read_again_when_needed(tokenizer_dirs, records):
+    """A tokenize stage on fastokens holds no Rust core of its own until a request needs one
+    (offsets, decoding); the core read again gives transformers' answers."""
+    light = Tokenizer.from_pretrained(tokenizer_dirs["smollm2"], backend="auto", record=records["smollm2"])
+    hf = Tokenizer.from_pretrained(tokenizer_dirs["smollm2"], backend="huggingface")
+    assert light.backend.name == "fastokens"
+    proto = light.for_decoding
+    assert proto._core is None
+    opts = EncodeOptions(True, None, "right")
+    assert [e.ids for e in light.encode_batch(TEXTS, opts)] == [e.ids for e in hf.encode_batch(TEXTS, opts)]
+    assert (light.max_token_id, light.max_chars_per_token, light.vocab_size, light.is_fast) == (
+        hf.max_token_id,
+        hf.max_chars_per_token,
+        hf.vocab_size,
+        True,
+    )
+    assert proto._core is None, "plain encodes and the vocabulary's facts must not read the core"
+    assert [e.offsets for e in light.encode_batch(TEXTS, opts, offsets=True)] == [
+        e.offsets for e in hf.encode_batch(TEXTS, opts, offsets=True)
+    ]
+    ids = hf.hf.encode("Hello, world! 😀", add_special_tokens=True)
+    assert light.decode(ids) == hf.decode(ids)
+    assert proto._core is not None
