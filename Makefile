@@ -81,8 +81,8 @@ genai-perf: $(GENAI_PERF_VENV)/.installed
 engine-vllm: model
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 
-# Opt-in: vLLM's Rust render server, build/vllm-rs/vllm-rs, out of PyPI's vllm==0.32.0 wheel (330 MB
-# downloaded and deleted, 59 MB kept; idempotent). `make bench` measures it beside the vLLM peer when present.
+# vLLM's Rust render server, build/vllm-rs/vllm-rs, out of PyPI's vllm==0.32.0 wheel (330 MB
+# downloaded and deleted, 59 MB kept; idempotent): `make bench` measures it as a peer.
 .PHONY: vllm-rs
 vllm-rs: $(STAMP)
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install-rs
@@ -102,9 +102,9 @@ perf-analyzer: $(STAMP)
 
 # Full run (~15 min; ~25 with the vLLM peer and the head-to-head) on ports 19300-19302
 # (+19310, 19320, 19330 with the peer; 19360-19361 with vllm-rs); BENCH_QUICK=1 for a ~2-3 min smoke
-# run into build/bench/quick/. Uses vLLM as the peer when build/peer-venv exists, and vllm-rs when
-# build/vllm-rs exists (make vllm-rs).
-bench: model perf-analyzer
+# run into build/bench/quick/. Uses vLLM's Python render server as a peer when build/peer-venv exists
+# (make bench-peer), and vllm-rs always.
+bench: model perf-analyzer vllm-rs
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # On a host with a CUDA GPU: mm_process's device path against its CPU path, equal within the

@@ -112,16 +112,19 @@ async def run_load(
     seconds: float,
     max_requests: int | None = None,
     warmup_s: float = 0.5,
+    numbers: list[int] | None = None,
 ) -> dict[str, Any]:
     """Closed loop: ``concurrency`` connections each send the next request when the last one returns.
 
     Every response is checked (status 200, ids equal to ``expected`` when given), warm-up included;
-    throughput and latency count only what completed after the warm-up.
+    throughput and latency count only what completed after the warm-up. ``numbers``: each request's
+    number in its input file, as errors name it (default: its place in ``requests``).
     Long because it is one asyncio client loop with its connection handling and checks inline, kept together for its timing.
     """
     counter = 0
     checked = mismatched = errors = 0
     first_errors: list[str] = []
+    failed: set[int] = set()  # requests answered with an error or with other ids, each once
     latencies: list[float] = []
     t_start = time.perf_counter()
     t_measure = t_start + warmup_s
@@ -137,6 +140,7 @@ async def run_load(
                 if now >= t_end or (max_requests is not None and counter >= max_requests):
                     return
                 i = counter % len(requests)
+                n = numbers[i] if numbers else i
                 counter += 1
                 path, body = requests[i]
                 head = (
@@ -153,15 +157,17 @@ async def run_load(
                     measured += 1
                 if status != 200:
                     errors += 1
+                    failed.add(n)
                     if len(first_errors) < 3:
-                        first_errors.append(f"request {i}: HTTP {status}: {payload[:300]!r}")
+                        first_errors.append(f"request {n}: HTTP {status}: {payload[:300]!r}")
                     continue
                 if expected is not None:
                     checked += 1
                     if extract(json.loads(payload)) != expected[i]:
                         mismatched += 1
+                        failed.add(n)
                         if len(first_errors) < 3:
-                            first_errors.append(f"request {i}: ids differ from ours")
+                            first_errors.append(f"request {n}: ids differ from ours")
         finally:
             writer.close()
 
@@ -187,6 +193,7 @@ async def run_load(
         "mismatched": mismatched,
         "errors": errors,
         "first_errors": first_errors,
+        "failed_requests": sorted(failed),
         "client_cpu_us_per_request": cpu_s / counter * 1e6 if counter else None,
     }
 
@@ -208,13 +215,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-requests", type=int)
     ap.add_argument("--warmup-s", type=float, default=0.5)
     ap.add_argument("--model", help="the model name the peer serves (optional)")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated request indices to leave out (those a peer refuses or answers otherwise: "
+        "a wrong answer is not timed); the output's indices stay those of the whole input",
+    )
     a = ap.parse_args(argv)
+    skip = {int(i) for i in a.skip.split(",") if i}
     reqs = load(a.input)
+    kept = [i for i in range(len(reqs)) if i not in skip]
+    reqs = [reqs[i] for i in kept]
     if a.target == "peer":
         requests, extract = [peer_request(r, a.model) for r in reqs], peer_ids
     else:
         requests, extract = [triton_request(r) for r in reqs], triton_ids
     expected = json.loads(Path(a.expected).read_text())[a.input] if a.expected else None
+    expected = [expected[i] for i in kept] if expected is not None else None
     if a.floor:
         expected = floor_expected(len(requests))
     host, _, port = a.url.rpartition(":")
@@ -229,9 +246,12 @@ def main(argv: list[str] | None = None) -> int:
             a.seconds,
             a.max_requests,
             a.warmup_s,
+            kept,
         )
     )
     out.update(target=a.target, input=a.input)
+    if skip:
+        out["skipped_requests"] = sorted(skip)
     json.dump(out, sys.stdout)
     print()
     return 0 if out["errors"] == 0 and out["mismatched"] == 0 else 1

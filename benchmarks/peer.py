@@ -163,9 +163,17 @@ class RsPeerServer(PeerServer):
         self.max_model_len = max_model_len
 
     def command(self) -> list[str]:
-        return [str(RS_BINARY), "render", self.model_dir, "--host", "127.0.0.1", "--port", str(self.port)] + [
+        port, max_len = str(self.port), str(self.max_model_len)
+        return [
+            str(RS_BINARY),
+            "render",
+            self.model_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
             "--max-model-len",
-            str(self.max_model_len),
+            max_len,
         ]
 
     def env(self) -> dict[str, str]:

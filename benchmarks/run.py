@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from benchmarks import head_to_head as h2h
 from benchmarks import make_inputs
@@ -217,11 +217,13 @@ def pa_row(
     extra: list[str] | None = None,
     label: str | None = None,
     window: list[str] | None = None,
+    skip: Sequence[int] = (),
 ) -> dict[str, Any]:
+    """One perf_analyzer measurement as a row; ``skip``: requests of the input left out (``openai`` kind only)."""
     url = url or f"127.0.0.1:{GRPC_PORT if protocol == 'grpc' else HTTP_PORT}"
     data = make_inputs.path_of(input_name)
     if extra and "openai" in extra:
-        data = openai_inputs(input_name, "peer" if label == "peer" else "triton")
+        data = openai_inputs(input_name, "peer" if label == "peer" else "triton", skip)
     base = {
         "model": model,
         "protocol": protocol,
@@ -251,12 +253,14 @@ def pa_row(
     return base
 
 
-def openai_inputs(input_name: str, target: str) -> Path:
-    """perf_analyzer ``openai`` kind input: each request's JSON body as a ``payload``."""
+def openai_inputs(input_name: str, target: str, skip: Sequence[int] = ()) -> Path:
+    """perf_analyzer ``openai`` kind input: each request's JSON body as a ``payload``, those of
+    ``skip`` left out (perf_analyzer stops at the first error answer, so a peer's refusals must go)."""
     from benchmarks import loadgen
 
-    path = WORK / f"pa-openai-{target}-{input_name}.json"
-    reqs = make_inputs.load(input_name)
+    without = "".join(f"-{i}" for i in sorted(skip))
+    path = WORK / f"pa-openai-{target}-{input_name}{'-without' + without if skip else ''}.json"
+    reqs = [r for i, r in enumerate(make_inputs.load(input_name)) if i not in set(skip)]
     bodies = [json.loads((loadgen.peer_request(r) if target == "peer" else loadgen.triton_request(r))[1]) for r in reqs]
     path.write_text(json.dumps({"data": [{"payload": [b]} for b in bodies]}, ensure_ascii=False))
     return path
@@ -299,7 +303,9 @@ def loadgen_row(
     warmup_s: float = 0.5,
     floor: bool = False,
     label: str | None = None,
+    skip: Sequence[int] = (),
 ) -> dict[str, Any]:
+    """One ``benchmarks.loadgen`` run as a row; ``skip``: requests of the input left out."""
     cmd = [
         sys.executable,
         "-m",
@@ -322,6 +328,8 @@ def loadgen_row(
     cmd += ["--floor"] if floor else ["--expected", str(WORK / "expected_ids.json")]
     if max_requests:
         cmd += ["--max-requests", str(max_requests)]
+    if skip:
+        cmd += ["--skip", ",".join(map(str, skip))]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     try:
         row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -697,7 +705,9 @@ def run(plan: Plan) -> dict[str, Any]:
     if plan.rs:
         res["vllm_rs"] = run_vllm_rs(plan)
     if plan.peer or plan.rs:
-        res["head_to_head"] = run_head_to_head(plan)
+        # A peer is timed on the requests it answered as we do (vLLM Python: all of them).
+        left_out = {side: (res.get(side) or {}).get("left_out") or {} for side in ("peer", "peer_fastokens", "vllm_rs")}
+        res["head_to_head"] = run_head_to_head(plan, left_out)
     if plan.peer:
         # 6. generation on vLLM's engine behind our chat ensemble vs vllm serve alone
         log("chat on vLLM's engine vs vllm serve")
@@ -802,7 +812,10 @@ def run_vllm_rs(plan: Plan) -> dict[str, Any]:
 
 def measure_peer(plan: Plan, srv: peer_mod.PeerServer, label: str, out: dict[str, Any]) -> dict[str, Any]:
     """Start ``srv``; every input once with its ids checked against ours, its PSS, the perf_analyzer
-    sweep and the load generator, its PSS again; stop it. ``out`` with the rows, or a failure."""
+    sweep and the load generator, its PSS again; stop it. ``out`` with the rows, or a failure.
+
+    A request the check found refused or answered with other ids is left out of the timing (a wrong
+    answer is no speed, and perf_analyzer stops at an error): ``out["left_out"]`` names them."""
     from benchmarks.footprint import footprint
 
     out.update(verify=[], sweep=[], loadgen=[])
@@ -821,14 +834,15 @@ def measure_peer(plan: Plan, srv: peer_mod.PeerServer, label: str, out: dict[str
                 f"  {name:<17} checked {row.get('checked')} mismatched {row.get('mismatched')} errors {row.get('errors')}"
             )
         out["footprint_after_verify"] = footprint(srv.proc.pid)
+        out["left_out"] = {r["input"]: r["failed_requests"] for r in out["verify"] if r.get("failed_requests")}
         for model, name in MAIN_INPUTS.items():
-            extra = openai_extra(peer_endpoint(model))
+            extra, skip = openai_extra(peer_endpoint(model)), out["left_out"].get(name, [])
             for c in plan.concurrency:
                 out["sweep"].append(
-                    pa_row(model, "openai", name, c, plan.quick, url=srv.url, label="peer", extra=extra)
+                    pa_row(model, "openai", name, c, plan.quick, url=srv.url, label="peer", extra=extra, skip=skip)
                 )
             for c in plan.loadgen_concurrency:
-                out["loadgen"].append(loadgen_row("peer", srv.url, name, c, plan.loadgen_seconds))
+                out["loadgen"].append(loadgen_row("peer", srv.url, name, c, plan.loadgen_seconds, skip=skip))
         out["footprint_after_load"] = footprint(srv.proc.pid)
         log(
             f"  PSS {out['footprint_after_verify']['total_mb']} MB checked, {out['footprint_after_load']['total_mb']} MB loaded"
@@ -857,8 +871,9 @@ def h2h_peers(plan: Plan) -> list[tuple[str, str, peer_mod.PeerServer]]:
     return peers
 
 
-def run_head_to_head(plan: Plan) -> dict[str, Any]:
+def run_head_to_head(plan: Plan, left_out: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
     """Our server, the floor and the peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``).
+    ``left_out``: side -> input -> requests that peer is not timed on (``measure_peer``'s ``left_out``).
 
     Long because the servers it compares must be up at once, started and stopped here together."""
     from launcher import cli as launch
@@ -893,7 +908,7 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
                 model, proto, name, c, plan.quick, window=pa.ROUND_ARGS, label=f"head-to-head, ours {proto}"
             )
 
-        def theirs(p: peer_mod.PeerServer, label: str) -> h2h.Measure:
+        def theirs(p: peer_mod.PeerServer, label: str, side: str) -> h2h.Measure:
             def measure(model: str, name: str, c: int) -> dict[str, Any]:
                 row = pa_row(
                     model,
@@ -905,6 +920,7 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
                     label="peer",
                     extra=openai_extra(peer_endpoint(model)),
                     window=pa.ROUND_ARGS,
+                    skip=left_out.get(side, {}).get(name, []),
                 )
                 return dict(row, driver=f"head-to-head, {label}")
 
@@ -922,12 +938,20 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
                 label="head-to-head, floor grpc",
             )
 
-        def by_loadgen(target: str, url: str, label: str, floor: bool = False) -> h2h.Measure:
+        def by_loadgen(target: str, url: str, label: str, floor: bool = False, side: str = "") -> h2h.Measure:
             """The Python load generator (keep-alive JSON over HTTP) as a client would drive each server."""
 
             def measure(model: str, name: str, c: int) -> dict[str, Any]:
+                skip = left_out.get(side, {}).get(name, [])
                 row = loadgen_row(
-                    target, url, name, c, plan.h2h_loadgen_seconds, floor=floor, label=f"head-to-head, {label}"
+                    target,
+                    url,
+                    name,
+                    c,
+                    plan.h2h_loadgen_seconds,
+                    floor=floor,
+                    label=f"head-to-head, {label}",
+                    skip=skip,
                 )
                 if row.get("errors") or row.get("mismatched"):
                     # A wrong answer is no speed: out of the medians, into the run's errors.
@@ -946,7 +970,7 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
             h2h.Target("ours http", "ours", ours("http")),
             h2h.Target("floor grpc", "floor", floor),
         ]
-        targets += [h2h.Target(name, side, theirs(p, name)) for name, side, p in peers]
+        targets += [h2h.Target(name, side, theirs(p, name, side)) for name, side, p in peers]
         targets += [
             h2h.Target(
                 "ours loadgen",
@@ -963,7 +987,9 @@ def run_head_to_head(plan: Plan) -> dict[str, Any]:
             ),
         ]
         targets += [
-            h2h.Target(f"{name} loadgen", f"{side}_loadgen", by_loadgen("peer", p.url, f"{name} loadgen"), lg_levels)
+            h2h.Target(
+                f"{name} loadgen", f"{side}_loadgen", by_loadgen("peer", p.url, f"{name} loadgen", side=side), lg_levels
+            )
             for name, side, p in peers
         ]
         cases = [h2h.Case(model, name, c) for model, name in MAIN_INPUTS.items() for c in plan.h2h_concurrency]

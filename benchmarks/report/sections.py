@@ -398,6 +398,15 @@ def gpu_section(path: Path) -> list[str]:
     ]
 
 
+# What each server of the head-to-head is, by its target name.
+_H2H_NAMES = {
+    "floor grpc": "Triton with stand-in stages, `benchmarks/floor`",
+    "vllm": "vLLM's Python render server",
+    "vllm fastokens": "the same on fastokens",
+    "vllm-rs": "vLLM's Rust render server",
+}
+
+
 def head_to_head_section(s: dict[str, Any]) -> list[str]:
     """The head-to-head table (medians per target and case) and what it says about the floor."""
     hh = s.get("head_to_head")
@@ -417,10 +426,10 @@ def head_to_head_section(s: dict[str, Any]) -> list[str]:
             line.append(f"{_f(r['requests_per_s'])} / {_f(r['p50_ms'], 2)} ms" if r and r["requests_per_s"] else "-")
         table.append(line)
     servers = [n for n in names if "loadgen" not in n]
+    what = [f"`{n}`: {_H2H_NAMES[n]}" for n in servers if n in _H2H_NAMES]
     out = [
         "## Head-to-head (all servers up, alternating rounds)\n",
-        f"{', '.join(f'`{n}`' for n in servers)} were all running (the floor: `benchmarks/floor`; `vllm`: vLLM's "
-        "render server, `vllm fastokens` on fastokens; `vllm-rs`: vLLM's Rust render server); "
+        f"{', '.join(f'`{n}`' for n in servers)} were all running ({'; '.join(what)}); "
         f"{hh['rounds']} rounds each measured every target once per row, the order reversed every other "
         f"round (perf_analyzer `{' '.join(hh.get('window') or [])}`). Cells are medians over rounds: "
         "requests/s / p50. Sequential sweeps put each side in a different stretch of a shared machine's "
@@ -430,10 +439,13 @@ def head_to_head_section(s: dict[str, Any]) -> list[str]:
     ]
     ratios = [
         f"{m} "
-        + ", ".join(
-            f"{_f(s[f'{m}_vs_{key}_interleaved'], 2)}x {label}"
-            for key, label in (("vllm", "vLLM"), ("vllm_fastokens", "vLLM on fastokens"), ("vllm_rs", "vllm-rs"))
-            if s.get(f"{m}_vs_{key}_interleaved") is not None
+        + (
+            ", ".join(
+                f"{_f(s[f'{m}_vs_{key}_interleaved'], 2)}x {label}"
+                for key, label in (("vllm", "vLLM"), ("vllm_fastokens", "vLLM on fastokens"), ("vllm_rs", "vllm-rs"))
+                if s.get(f"{m}_vs_{key}_interleaved") is not None
+            )
+            or "-"
         )
         for m in MODELS
     ]
@@ -478,10 +490,22 @@ def vllm_rs_section(s: dict[str, Any]) -> list[str]:
     )
     head = ["figure", "better", "ours", "vLLM Python", "vllm-rs", "ours / vllm-rs", "vLLM Python / vllm-rs"]
     rows = [
-        [f["figure"], f["better"], f["ours"], f["vllm"], f["vllm_rs"], f["ours_over_vllm_rs"], f["vllm_over_vllm_rs"]]
+        [f["figure"], f["better"]]
+        + [
+            _f(f[k], 0 if "MB" in f["figure"] else 2 if f["better"] == "lower" else 1)
+            for k in ("ours", "vllm", "vllm_rs")
+        ]
+        + [_f(f[k], 2) for k in ("ours_over_vllm_rs", "vllm_over_vllm_rs")]
         for f in rs["figures"]
     ]
     lines += [_table(head, rows), ""]
+    if rs.get("timed_without"):
+        lines.append(
+            "vllm-rs is timed without the requests it refuses or answers otherwise (a wrong answer is no speed, "
+            "and perf_analyzer stops at an error), ours and vLLM Python's on every request: "
+            + "; ".join(f"{k} without requests {', '.join(map(str, v))}" for k, v in rs["timed_without"].items())
+            + ".\n"
+        )
     b, py = rs["bench_inputs_vs_ours"], rs.get("bench_inputs_python_peer_vs_ours")
     lines.append(
         f"Exactness on the bench inputs, every request once against our ids: {b['checked']} checked, "
@@ -509,7 +533,7 @@ def vllm_rs_section(s: dict[str, Any]) -> list[str]:
     trows = [
         [name, t.get("cases")] + [t.get(k, "-") for k, _ in _OUTCOMES]
         if t["status"] == "ran"
-        else [name, t["cases"], t["status"]]
+        else [name, t["cases"], f"{t['status']}: {t.get('reason', '')[:200]}"] + ["-"] * (len(_OUTCOMES) - 1)
         for name, t in c["templates"].items()
     ]
     lines += [_table(["template", "cases"] + [label for _, label in _OUTCOMES], trows), ""]

@@ -357,7 +357,11 @@ def _rs_figures(res: dict[str, Any], s: dict[str, Any]) -> list[dict[str, Any]]:
     best, p50 = s["best_throughput"], s["p50_ms_c1"]
     out = []
     for model, name in MAIN_INPUTS.items():
-        rs_best = _best([r for r in rs.get("sweep", []) + rs.get("loadgen", []) if r.get("input") == name])
+        # A load generator row with wrong answers in it is no speed (the head-to-head's rule too).
+        rs_rows = [
+            r for r in rs.get("sweep", []) + rs.get("loadgen", []) if not (r.get("errors") or r.get("mismatched"))
+        ]
+        rs_best = _best([r for r in rs_rows if r.get("input") == name])
         ours_p50 = [v for k, v in p50["ours"].items() if k.startswith(model + " ")]
         rs_p50 = [r["p50_ms"] for r in _ok(rs.get("sweep", [])) if r["model"] == model and r["concurrency"] == 1]
         out.append(
@@ -427,6 +431,7 @@ def vllm_rs_summary(res: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
             "first_errors": [e for r in rs.get("verify", []) for e in r.get("first_errors", [])][:5],
         },
         "bench_inputs_python_peer_vs_ours": (s["ids_equal"] or {}).get("vllm_render_server_vs_ours"),
+        "timed_without": rs.get("left_out") or {},
         "corpus": {
             "corpus": corpus.get("corpus"),
             "recorded_by": corpus.get("recorded_by"),

@@ -5,6 +5,7 @@ serving) runs in ``make bench`` and ``python -m benchmarks.peer replay`` once ``
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import peer, report
+from benchmarks import loadgen, make_inputs, peer, report
 from benchmarks import run as bench_run
 from benchmarks.layout import VLLM_RS_PORT
 from model_builders import vllm_env
@@ -154,6 +155,8 @@ def test_a_tokenizer_only_template_gets_the_recording_s_config(tmp_path: Path) -
 class _Render(BaseHTTPRequestHandler):
     """Answers a chat whose user says "ok" with ids [7], refuses others, and drops "drop"."""
 
+    protocol_version = "HTTP/1.1"  # keep-alive, as both clients expect
+
     def do_POST(self) -> None:  # noqa: N802 - the handler's name http.server calls
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         said = body["messages"][0]["content"]
@@ -192,6 +195,37 @@ def test_cases_go_out_on_one_connection_and_a_drop_is_a_refusal() -> None:
         ("d", "both_refuse"),
         ("e", "answered_where_vllm_refuses"),
     ]
+
+
+def test_the_load_generator_names_failed_requests_by_their_number_in_the_input() -> None:
+    """What ``measure_peer`` leaves out of a peer's timing: every request refused or answered with
+    other ids, numbered as in the whole input even when some were already left out."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Render)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    said = ["ok", "no", "ok", "ok"]
+    requests = [loadgen.peer_request({"messages": [{"role": "user", "content": s}]}) for s in said]
+    expected = [[7], [7], [8], [7]]
+    try:
+        out = asyncio.run(
+            loadgen.run_load(
+                "127.0.0.1", srv.server_address[1], requests, expected, loadgen.peer_ids, 1, 5.0, 4, 0.0, [0, 2, 5, 9]
+            )
+        )
+    finally:
+        srv.shutdown()
+    assert (out["errors"], out["mismatched"], out["failed_requests"]) == (1, 1, [2, 5])
+    assert out["first_errors"][0].startswith("request 2: HTTP 400")
+
+
+def test_perf_analyzer_inputs_leave_out_what_a_peer_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_run, "WORK", tmp_path)
+    whole = bench_run.openai_inputs("chat_mix", "peer")
+    part = bench_run.openai_inputs("chat_mix", "peer", [3, 37])
+    assert whole != part and part.name == "pa-openai-peer-chat_mix-without-3-37.json"
+    payloads = [d["payload"][0] for d in json.loads(part.read_text())["data"]]
+    reqs = make_inputs.load("chat_mix")
+    assert len(payloads) == len(reqs) - 2
+    assert payloads[3] == json.loads(loadgen.peer_request(reqs[4])[1])
 
 
 def test_the_plan_skips_vllm_rs_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,12 +271,15 @@ def _res() -> dict[str, Any]:
             "version": "0.32.0",
             "command": "vllm-rs render M --max-model-len 2048",
             "sweep": [pa("render_chat", 1, 1000.0, 1.0), pa("render_chat", 8, 3000.0, 2.5)],
+            # Fast because two of its requests were refused: no speed.
+            "loadgen": [pa("render_chat", 4, 3500.0, 1.0, errors=2, mismatched=0)],
             "verify": [
                 {"input": "chat_mix", "checked": 10, "mismatched": 2, "errors": 1, "first_errors": ["request 3"]},
                 {"input": "completion_mix", "checked": 10, "mismatched": 0, "errors": 0},
             ],
             "footprint_after_load": {"total_mb": 100.0},
             "startup_s": 0.5,
+            "left_out": {"chat_mix": [3, 37]},
             "corpus": {
                 "corpus": "tests/fixtures/vllm/chat.json",
                 "recorded_by": "vllm 0.32.0",
@@ -285,7 +322,7 @@ def test_report_rows_put_vllm_rs_beside_ours_and_vllm_python_as_ratios() -> None
     rs = report.vllm_rs_summary(res, s)
     fig = {f["figure"]: f for f in rs["figures"]}
     best = fig["render_chat req/s, best of the sweeps"]
-    assert (best["ours"], best["vllm"], best["vllm_rs"]) == (1500.0, 300.0, 3000.0)
+    assert (best["ours"], best["vllm"], best["vllm_rs"]) == (1500.0, 300.0, 3000.0)  # not the 3,500 with errors
     assert best["ours_over_vllm_rs"] == 0.5 and best["vllm_over_vllm_rs"] == 0.1
     assert fig["render_chat p50 ms at c=1, sweeps"]["ours_over_vllm_rs"] == 2.0
     assert fig["render_chat req/s, head-to-head median"]["ours_over_vllm_rs"] == 0.5
@@ -305,9 +342,11 @@ def test_report_section_shows_version_ratios_and_counts() -> None:
     res = _res()
     text = "\n".join(report.vllm_rs_section({"vllm_rs": report.vllm_rs_summary(res, _summary(res))}))
     assert "vllm-rs 0.32.0" in text
-    assert "| render_chat req/s, best of the sweeps | higher | 1,500.0 | 300.0 | 3,000.0 | 0.5 | 0.1 |" in text
+    assert "| render_chat req/s, best of the sweeps | higher | 1,500.0 | 300.0 | 3,000.0 | 0.50 | 0.10 |" in text
     assert "**2 ids differ, 1 refused**" in text and "**1 of 3 differ**" in text
     assert "ids differ: b@smollm2" in text
+    assert "| qwen3 | 1 | skipped: build/models/tokenizers/qwen3 missing | - | - | - | - |" in text
+    assert "chat_mix without requests 3, 37" in text
 
 
 def test_report_says_why_vllm_rs_is_missing() -> None:
