@@ -61,9 +61,12 @@ def default_instances(share: float, least: int, cpus: int | None = None) -> int:
 
 
 # Each stage's share of a request's CPU (benchmarks/cpu_cost.py, docs/PERFORMANCE.md "Sizing"):
-# chat_render about 0.41 of a chat's; tokenize about 0.46 of a completion's. Two tokenize
-# instances at least: one cannot encode a batch while Triton hands it the next, which cost
-# render_completion 15-25% of its throughput at concurrency 16 on two cores.
+# chat_render about 0.41 of a chat's; tokenize about 0.46 of a completion's. One tokenize instance
+# on two cores serves as much as two since its text lane (medians of 3 alternating rounds, gRPC:
+# render_chat 1,593 / 1,699 req/s at c=8 / 16 against 1,464 / 1,447 with two, render_completion
+# 2,865 / 2,845 against 2,795 / 3,026; benchmarks/results/instances_tokenize.json, from
+# `python -m benchmarks.instances --configs 2/1,1/1 --concurrency 1,8,16 --protocol grpc`), and
+# each instance weighs about 85 MB.
 CHAT_RENDER_SHARE, TOKENIZE_SHARE = 0.41, 0.46
 
 
@@ -228,8 +231,8 @@ class Settings:
 
     @property
     def resolved_tokenize_instances(self) -> int:
-        """``tokenize_instances``, or when 0 its share of the CPUs (2 on two cores, 8 on sixteen)."""
-        return self.tokenize_instances or default_instances(TOKENIZE_SHARE, least=2)
+        """``tokenize_instances``, or when 0 its share of the CPUs (1 on two cores, 8 on sixteen)."""
+        return self.tokenize_instances or default_instances(TOKENIZE_SHARE, least=1)
 
     @property
     def resolved_chat_render_instances(self) -> int:

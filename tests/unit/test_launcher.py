@@ -74,16 +74,16 @@ def test_settings_from_environment(monkeypatch):
 def test_instance_counts_follow_the_usable_cpus(monkeypatch):
     from launcher import settings as settings_mod
 
-    # Two cores (this machine's kind): one chat_render, two tokenize; sixteen: 7 and 8.
+    # Two cores (this machine's kind): one chat_render, one tokenize; sixteen: 7 and 8.
     assert settings_mod.default_instances(settings_mod.CHAT_RENDER_SHARE, least=1, cpus=2) == 1
-    assert settings_mod.default_instances(settings_mod.TOKENIZE_SHARE, least=2, cpus=2) == 2
+    assert settings_mod.default_instances(settings_mod.TOKENIZE_SHARE, least=1, cpus=2) == 1
     assert settings_mod.default_instances(settings_mod.CHAT_RENDER_SHARE, least=1, cpus=16) == 7
-    assert settings_mod.default_instances(settings_mod.TOKENIZE_SHARE, least=2, cpus=16) == 8
+    assert settings_mod.default_instances(settings_mod.TOKENIZE_SHARE, least=1, cpus=16) == 8
     # The settings resolve to them when not set; with request templates trusted chat_render has two
     # instances at least, so that one slow template cannot stall every chat.
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
     s = launch.Settings()
-    assert (s.resolved_chat_render_instances, s.resolved_tokenize_instances) == (1, 2)
+    assert (s.resolved_chat_render_instances, s.resolved_tokenize_instances) == (1, 1)
     assert replace(s, trust_request_chat_template=True).resolved_chat_render_instances == 2
     # The environment decides when set.
     monkeypatch.setenv("CHAT_RENDER_INSTANCES", "5")
