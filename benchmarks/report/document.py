@@ -29,6 +29,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     lines += sections.targets_round2(s)
     lines += sections.chat_speed_targets(res, s)
     lines += sections.head_to_head_section(s)
+    lines += sections.lean_targets_section(res)
     lines += sections.vllm_rs_section(s)
     lines += sections.floor_section(res, s)
     lines += sections.same_ids_section(s, rel, pngs)
