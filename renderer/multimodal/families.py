@@ -204,15 +204,21 @@ class ImageFamily:
         self.do_normalize = bool(pp.get("do_normalize", True))
         self.image_mean = tuple(float(x) for x in pp.get("image_mean", OPENAI_CLIP_MEAN))
         self.image_std = tuple(float(x) for x in pp.get("image_std", OPENAI_CLIP_STD))
-        kernels = _kernels()
-        build = kernels.build_lut_fast if image_processor == "fast" else kernels.build_lut
-        self.lut = build(self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std)
         self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
         if image_processor == "fast" and self.do_resize and self.fast_mode is None:
             raise UnsupportedImageProcessorError(
                 f"resample={self.resample} (preprocessor_config.json) has no torchvision equivalent, so the "
                 "fast image processor cannot run it; set IMAGE_PROCESSOR=slow."
             )
+
+    @functools.cached_property
+    def lut(self) -> np.ndarray:
+        """The (3, 256) table of rescaled, normalized values, built on first use: the fast table
+        is computed with torch's operators, which the chat stage (it reads only the family's
+        placeholder) must not import."""
+        kernels = _kernels()
+        build = kernels.build_lut_fast if self.image_processor == "fast" else kernels.build_lut
+        return build(self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std)
 
     def resize(self, img: LoadedImage, height: int, width: int) -> np.ndarray:
         """``img`` resized to (height, width) by this processor's resampler, (H, W, 3) uint8."""

@@ -185,6 +185,7 @@ class MultiModalProcessor:
         from . import kernels
 
         kernels.warmup()
+        self.family.lut  # noqa: B018 - built at load (torch's operators for the fast table), not by a first image
 
     # --- processing -----------------------------------------------------------------------------
 

@@ -28,9 +28,9 @@ NAMES = ("smollm2", "qwen3", "mistral")
 
 @pytest.fixture(scope="module")
 def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from model_builders.reference_tokenizers import build
+    from tests.support.chat_servers import tokenizer_dirs
 
-    return {"smollm2": model_dir, **build(ROOT / "build" / "models" / "tokenizers")}
+    return tokenizer_dirs(model_dir)
 
 
 @pytest.fixture(scope="module")
