@@ -1004,8 +1004,12 @@ def lean_targets_section(res: dict[str, Any]) -> list[str]:
     from benchmarks import head_to_head as h2h
 
     render, default = _server(fp, "render"), _server(fp, "default")
-    loaded = (default.get("after_load") or {}).get("per_process_mb", {})
-    stubs = [(max(loaded.get(n, [0])), n) for n in TEXT_STAGES if n in loaded]
+    stubs = [
+        (max(mb), name)
+        for server in (render, default)
+        for name, mb in ((server.get("after_load") or {}).get("per_process_mb") or {}).items()
+        if name in TEXT_STAGES
+    ]
     heaviest = max(stubs, default=(None, "-"))
     table: list[list[Any]] = [
         ["render-only server PSS after load <= 300 MB", (render.get("after_load") or {}).get("total_mb"), 300, "<="],
