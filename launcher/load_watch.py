@@ -10,10 +10,14 @@ behind it. What is loading is read from the server's log (Triton's HTTP service,
 repository index, come up only once the start-up loads end). Under ``serve``, where the server
 writes to the launcher's own output, only models whose stub was once seen are watched.
 
-The grace covers the backend's own short-lived stub: with auto-complete on, a first stub reads the
-model's config and exits before the instance stubs start. Triton logs a model's load when it is
-queued, so the launcher gives it a loader thread per model (``--model-load-thread-count``): no
-model waits, stubless, behind others.
+The grace covers the gap between a model's load and its instance stubs' start (and, where
+auto-complete is on, the backend's short-lived first stub that reads the config; the launcher turns
+it off). Triton logs a model's load when it is queued, so the launcher gives it a loader thread per
+model (``--model-load-thread-count``): no model waits, stubless, behind others.
+
+Where Triton does notice (an instance stub found dead during ``initialize``: "Stub process
+'<model>_0_0' is not healthy"), it fails the load and, at start-up, exits at once; ``stub_died``
+reads the model from its log, so that the supervisor says the same as for a stub the watch saw die.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ DEFAULT_GRACE_S = 10.0
 _LOAD_BEGUN = re.compile(r'"loading: ([^:"\s]+):\d+"')
 _INSTANCE_STARTED = re.compile(r"TRITONBACKEND_ModelInstanceInitialize: (\S+)_\d+_\d+ \(")
 _LOADED = re.compile(r"successfully loaded '([^']+)'")
+_UNHEALTHY_STUB = re.compile(r"Stub process '(\S+?)_\d+_\d+' is not healthy")
+
+
+def stub_died(log_text: str) -> str | None:
+    """The model whose stub Triton found dead while the model loaded, as its log says; None if none."""
+    found = _UNHEALTHY_STUB.search(log_text)
+    return found.group(1) if found else None
 
 
 @dataclass

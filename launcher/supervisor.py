@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from launcher.server import exit_timeout_s, server_command, server_env
-from launcher.load_watch import LoadWatch, log_tail
+from launcher.load_watch import LoadWatch, log_tail, stub_died
 from launcher.processes import (
     clean_regions,
     end_process,
@@ -208,6 +208,9 @@ class Supervisor:
                 self._bury(server, watchdog, graceful=self._state.ready or server_ready(self.s.http_url))
                 return 0
             reason = exited.reason or describe_exit(exited.returncode)
+            dead = stub_died(self._this_server_log()) if exited.ready_s is None else None
+            if dead is not None and not exited.reason:
+                reason = f"the stub of model '{dead}' died while the model loaded ({reason})"
             how = "was ended" if exited.reason else "exited unexpectedly"
             log.warning("tritonserver (pid %d) %s: %s", server.pid, how, reason)
             self._bury(server, watchdog, graceful=False)
@@ -275,6 +278,14 @@ class Supervisor:
                     return Exited(1, None, f"the stub of model '{model}' died while the model loaded")
             self._stop.wait(0.2)
         return None
+
+    def _this_server_log(self) -> str:
+        """What the last server wrote to its log (the log is appended across restarts)."""
+        if self.server_log is None or not self.server_log.exists():
+            return ""
+        with self.server_log.open("rb") as f:
+            f.seek(self._log_offset)
+            return f.read().decode(errors="replace")
 
     def _bury(self, server: subprocess.Popen, watchdog: subprocess.Popen, graceful: bool) -> None:
         """End the server, its group and its watchdog; unlink the group's regions."""

@@ -85,3 +85,18 @@ def test_without_a_log_only_models_seen_are_watched(world):
     alive[:] = []
     assert w.dead_model(now=102) is None
     assert w.dead_model(now=112) == "tokenize"
+
+
+def test_a_stub_triton_found_dead_is_named_from_its_log():
+    """Where Triton notices the dead stub itself (and fails the load), its log names the instance;
+    the model is read from it, the instance's group and index cut off."""
+    from launcher.load_watch import stub_died
+
+    line = (
+        "error: creating server: Invalid argument - load failed for model 'render_chat': ensemble 'render_chat' "
+        "depends on 'chat_render' which has no loaded version. Model 'chat_render' loading failed with error: "
+        "version 1 is at UNAVAILABLE state: Internal: Stub process 'chat_render_0_0' is not healthy.;"
+    )
+    assert stub_died("I1207 started\n" + line + "\n") == "chat_render"
+    assert stub_died(line.replace("chat_render_0_0", "tokenize_enc_dec_1_12")) == "tokenize_enc_dec"
+    assert stub_died("I1207 successfully loaded 'chat_render'\n") is None
