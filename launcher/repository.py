@@ -209,13 +209,19 @@ def tokenizer_record_dir(s: Settings) -> Path:
     record, and an image that builds its models carries it), unless that folder cannot be
     written and holds no current record (a read-only image serving another model): then in the
     build folder."""
+    return _record_dir_and_fingerprint(s)[0]
+
+
+def _record_dir_and_fingerprint(s: Settings) -> tuple[Path, str]:
+    """``tokenizer_record_dir`` and the model folder's fingerprint, read once."""
     from renderer import light_tokenizer
 
-    shared = Path(s.models_dir) / "tokenizer_records" / light_tokenizer.fingerprint(s.resolved_model_dir)[:24]
-    if light_tokenizer.is_current(shared, s.resolved_model_dir):
-        return shared
+    print_ = light_tokenizer.fingerprint(s.resolved_model_dir)
+    shared = Path(s.models_dir) / "tokenizer_records" / print_[:24]
+    if light_tokenizer.is_current(shared, s.resolved_model_dir, print_):
+        return shared, print_
     existing = next(p for p in (shared, *shared.parents) if p.exists())
-    return shared if os.access(existing, os.W_OK) else s.build / "tokenizer_record"
+    return (shared if os.access(existing, os.W_OK) else s.build / "tokenizer_record"), print_
 
 
 def record_tokenizer(s: Settings) -> None:
@@ -225,8 +231,8 @@ def record_tokenizer(s: Settings) -> None:
     transformers and log the record's reason."""
     from renderer import light_tokenizer
 
-    out = tokenizer_record_dir(s)
-    if light_tokenizer.is_current(out, s.resolved_model_dir):
+    out, print_ = _record_dir_and_fingerprint(s)
+    if light_tokenizer.is_current(out, s.resolved_model_dir, print_):
         return
     subprocess.run(
         [sys.executable, "-c", light_tokenizer.BUILD_COMMAND, str(s.resolved_model_dir), str(out)],

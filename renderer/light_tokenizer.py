@@ -330,10 +330,10 @@ def build(model_dir: str | Path, out_dir: str | Path) -> Record:
     return record
 
 
-def is_current(out_dir: str | Path, model_dir: str | Path) -> bool:
+def is_current(out_dir: str | Path, model_dir: str | Path, print_: str | None = None) -> bool:
     """Whether ``out_dir`` holds a record of this format, made from ``model_dir`` as it is now by
     the transformers installed now (proven or not: an unproven record is not rebuilt until one
-    of them changes)."""
+    of them changes). ``print_``: ``fingerprint(model_dir)`` where the caller has it already."""
     try:
         record = Record.from_json((Path(out_dir) / FACTS_FILE).read_text())
     except (OSError, ValueError, TypeError):
@@ -343,7 +343,7 @@ def is_current(out_dir: str | Path, model_dir: str | Path) -> bool:
     return (
         record.format == FORMAT
         and record.transformers_version == version("transformers")
-        and record.fingerprint == fingerprint(model_dir)
+        and record.fingerprint == (print_ or fingerprint(model_dir))
     )
 
 
