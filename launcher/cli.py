@@ -24,6 +24,7 @@ import sys
 import time
 
 from launcher import repository
+from launcher.edge import nginx_binary, stop_edge, with_inner_ports
 from launcher.processes import (
     clean_regions,
     is_ready,
@@ -45,6 +46,8 @@ def prepare(s: Settings) -> None:
     Python stub for this venv's Python beside the backend."""
     repository.prepare(s)
     ensure_python_stub()
+    if s.edge:
+        nginx_binary()  # missing: said now, not by a supervisor in the background
 
 
 def start(s: Settings) -> int:
@@ -55,6 +58,7 @@ def start(s: Settings) -> int:
         print(f"tritonserver already running (pid {running_pid(s)}) at {s.http_url}")
         return 0
     prepare(s)
+    s = with_inner_ports(s)
     s.build.mkdir(parents=True, exist_ok=True)
     s.settings_file.write_text(s.to_json())
     cmd = [
@@ -101,6 +105,7 @@ def stop(s: Settings, timeout_s: float = 60.0) -> int:
         reap(sup)
     # What a supervisor killed hard (or a server started without one) leaves is ended here.
     stop_front(s)
+    stop_edge(s)
     pid = running_pid(s)
     if pid is not None:
         if sup is None:
@@ -119,6 +124,7 @@ def serve(s: Settings) -> int:
     or Ctrl-C; in the container it is PID 1, which the kubelet signals."""
 
     prepare(s)
+    s = with_inner_ports(s)
     s.build.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     cmd = server_command(s, token)

@@ -83,7 +83,15 @@ def start_watchdog(s: Settings, server_pid: int, token: str) -> subprocess.Popen
     env = {**server_env(), "WATCHDOG_TOKEN": token}
     with open(s.watchdog_log_file, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "launcher.watchdog", "--server-pid", str(server_pid), "--http-url", s.http_url],
+            [
+                sys.executable,
+                "-m",
+                "launcher.watchdog",
+                "--server-pid",
+                str(server_pid),
+                "--http-url",
+                s.triton_http_url,
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -102,11 +110,11 @@ def start_front(s: Settings, follow_pid: int) -> subprocess.Popen | None:
         "-m",
         "openai_front",
         "--host",
-        s.host,
+        s.inner.host,
         "--port",
-        str(s.openai_port),
+        str(s.inner.front),
         "--triton",
-        f"{s.host}:{s.grpc_port}",
+        f"{s.inner.host}:{s.inner.grpc}",
         "--model-dir",
         str(s.resolved_model_dir),
         "--max-model-len",

@@ -71,6 +71,22 @@ CHAT_RENDER_SHARE, TOKENIZE_SHARE = 0.41, 0.46
 
 
 @dataclass(frozen=True)
+class InnerPorts:
+    """Where tritonserver's endpoints and the front listen (``Settings.inner``)."""
+
+    host: str
+    """Their address: the loopback behind the edge."""
+    http: int
+    """tritonserver's HTTP port."""
+    grpc: int
+    """tritonserver's gRPC port."""
+    metrics: int
+    """tritonserver's metrics port."""
+    front: int
+    """The OpenAI-compatible front's port (0: no front)."""
+
+
+@dataclass(frozen=True)
 class Settings:
     """Deployment settings; each field reads the environment variable of its upper-case name."""
 
@@ -116,6 +132,21 @@ class Settings:
     """Prometheus metrics port."""
     openai_port: int = 9000
     """The OpenAI- and vLLM-compatible HTTP front (``openai_front``); 0 turns it off."""
+    edge: bool = True
+    """nginx at the four ports above, with tritonserver and the front behind it on loopback ports
+    (``launcher/edge.py`` says what it guards against); off, they bind the ports themselves."""
+    edge_header_timeout_s: float = 10.0
+    """The edge closes a connection whose request headers (or the next part of its body) take
+    longer than this, and a keep-alive connection idle this long."""
+    edge_upstream_timeout_s: float = 600.0
+    """The longest the edge waits for the next bytes of an answer (a whole non-streamed generation
+    included) before it answers 504 and cancels the request."""
+    max_request_bytes: int = 0
+    """Largest request body the edge passes on, per HTTP request or gRPC call (a gRPC stream: per
+    message, as Triton reads it); 0: ``max_input_bytes`` plus 1 MiB for the rest of a request."""
+    inner_ports: str = ""
+    """The loopback ports behind the edge: tritonserver's HTTP, gRPC and metrics, and the front's,
+    comma-separated; empty: free ones, picked when the server starts."""
     served_model_name: str = ""
     """The model id the HTTP front serves (``/v1/models``); empty: the model folder's name."""
     tokenize_instances: int = 0
@@ -280,7 +311,29 @@ class Settings:
 
     @property
     def http_url(self) -> str:
+        """The HTTP endpoint clients reach (the edge's, when it runs)."""
         return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def inner(self) -> "InnerPorts":
+        """Where tritonserver and the front listen: behind the edge, the loopback ports of
+        ``inner_ports``; without it, the ports clients reach."""
+        if not self.edge:
+            return InnerPorts(self.host, self.http_port, self.grpc_port, self.metrics_port, self.openai_port)
+        ports = [int(p) for p in self.inner_ports.split(",") if p.strip()]
+        if len(ports) != 4:
+            raise ValueError(f"INNER_PORTS must name 4 ports (HTTP, gRPC, metrics, front), got {self.inner_ports!r}")
+        return InnerPorts("127.0.0.1", *ports)
+
+    @property
+    def triton_http_url(self) -> str:
+        """tritonserver's own HTTP endpoint (the launcher's health checks and the watchdog)."""
+        return f"http://{self.inner.host}:{self.inner.http}"
+
+    @property
+    def resolved_max_request_bytes(self) -> int:
+        """``max_request_bytes``, or ``max_input_bytes`` plus 1 MiB."""
+        return self.max_request_bytes or self.max_input_bytes + 1024 * 1024
 
     @property
     def front_pid_file(self) -> Path:

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from launcher.edge import start_edge
 from launcher.server import exit_timeout_s, server_command, server_env
 from launcher.load_watch import LoadWatch, log_tail, stub_died
 from launcher.processes import (
@@ -165,6 +166,7 @@ class Supervisor:
         self.server_log = server_log  # None: the server writes to our stdout (``serve``)
         self._stop = threading.Event()
         self._state = SupervisorState(os.getpid(), None, None, 0, None, False, True)
+        self._edge: subprocess.Popen | None = None
 
     def request_stop(self, *_: object) -> None:
         """Signal-handler compatible: ends ``run`` (the server is stopped, never restarted)."""
@@ -186,9 +188,12 @@ class Supervisor:
         # Regions of a server of this folder killed hard earlier (with its supervisor).
         clean_regions(self.s.shm_prefix)
         front = start_front(self.s, os.getpid())
+        # The edge outlives tritonserver's restarts (its clients get a 503 meanwhile).
+        self._edge = start_edge(self.s)
         try:
             return self._loop()
         finally:
+            end_process(self._edge)
             end_process(front)
             self.s.front_pid_file.unlink(missing_ok=True)
             self.s.supervisor_pid_file.unlink(missing_ok=True)
@@ -205,7 +210,7 @@ class Supervisor:
             if exited is None:
                 log.info("stopping tritonserver (pid %d) on request", server.pid)
                 # Ready (perhaps only just, unseen by _watch): SIGTERM first, so it can finish.
-                self._bury(server, watchdog, graceful=self._state.ready or server_ready(self.s.http_url))
+                self._bury(server, watchdog, graceful=self._state.ready or server_ready(self.s.triton_http_url))
                 return 0
             reason = exited.reason or describe_exit(exited.returncode)
             dead = stub_died(self._this_server_log()) if exited.ready_s is None else None
@@ -258,10 +263,11 @@ class Supervisor:
         next_look = 0.0
         while not self._stop.is_set():
             reap_orphans({server.pid: server, watchdog.pid: watchdog})
+            self._keep_edge()
             rc = server.poll()
             if rc is not None:
                 return Exited(rc, None if ready_at is None else time.monotonic() - ready_at)
-            if ready_at is None and server_ready(self.s.http_url):
+            if ready_at is None and server_ready(self.s.triton_http_url):
                 ready_at = time.monotonic()
                 self._update(ready=True)
                 log.info("tritonserver ready (pid %d)", server.pid)
@@ -278,6 +284,16 @@ class Supervisor:
                     return Exited(1, None, f"the stub of model '{model}' died while the model loaded")
             self._stop.wait(0.2)
         return None
+
+    def _keep_edge(self) -> None:
+        """Start the edge again if it died: without it no client reaches the server."""
+        if self._edge is not None and self._edge.poll() is not None:
+            log.warning(
+                "the edge (nginx, pid %d) exited (%s); starting it again",
+                self._edge.pid,
+                describe_exit(self._edge.returncode),
+            )
+            self._edge = start_edge(self.s)
 
     def _this_server_log(self) -> str:
         """What the last server wrote to its log (the log is appended across restarts)."""

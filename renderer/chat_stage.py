@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .chat import ChatParams, ChatRenderer, RenderedChat
 from .chat.tool_choice import ToolChoicePolicy
-from .errors import EmptyMessagesError, FieldTypeError
+from .errors import EmptyMessagesError, FieldTypeError, MissingInputError
 from .multimodal.media import MediaLimits
 from .multimodal.registry import detect_family, load_family
 from .json_fields import parse_json
@@ -32,8 +32,12 @@ def chat_media_limits(family: str | None, limits: MediaLimits | None = None) -> 
 
 
 def messages_from_json(raw: str | None) -> Any:
-    """The ``messages`` field as parsed JSON; absent or blank is ``EmptyMessagesError``."""
-    if raw is None or not raw.strip():
+    """The ``messages`` field as parsed JSON; an absent input is ``MissingInputError`` (Triton 2.51
+    lets a request without it into the ensembles, whose inputs are optional so that this says so),
+    a blank one ``EmptyMessagesError``."""
+    if raw is None:
+        raise MissingInputError("messages")
+    if not raw.strip():
         raise EmptyMessagesError()
     return parse_json(raw, "messages")
 

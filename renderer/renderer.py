@@ -171,7 +171,7 @@ class Renderer:
                 opts = EncodeOptions(p.add_special_tokens, p.encode_max_length(), p.side(side))
                 groups[(opts, p.return_token_offsets and tok.is_fast)].append((i, text, shift))
             except RenderError as e:
-                results[i] = e
+                results[i] = e.with_traceback(None)  # no cycle through this frame keeping the inputs alive
 
         for (opts, offsets), items in groups.items():
             encoded = tok.encode_batch([text for _, text, _ in items], opts, offsets=offsets)
@@ -179,7 +179,7 @@ class Renderer:
                 try:
                     results[i] = self._finish_text(prompts[i], params[i], enc.ids, enc.offsets, shift)
                 except RenderError as e:
-                    results[i] = e
+                    results[i] = e.with_traceback(None)  # no cycle through this frame keeping the inputs alive
         return results
 
     async def tokenize_prompts_async(
@@ -359,4 +359,4 @@ def capture_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except RenderError as e:
-        return e
+        return e.with_traceback(None)  # its frames would keep the inputs alive as long as it

@@ -70,6 +70,7 @@ def get(request: Any, name: str) -> np.ndarray | None:
     else:  # BYTES: most inputs hold one element
         size = len(arr.item(0)) if arr.size == 1 else sum(map(len, arr.flat))
     if size > MAX_INPUT_BYTES:
+        del arr, t  # the error's traceback holds this frame: not the refused input with it
         raise TensorError(
             f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.", parameter=name
         )
@@ -272,6 +273,10 @@ def parse_each(requests: Sequence[Any], parse: Callable[[Any], tuple[Any, Any]])
         try:
             pr, pa = parse(r)
         except Exception as e:  # noqa: BLE001 - becomes this request's error response
+            if isinstance(e, RenderError):
+                # Its traceback holds this frame, whose lists hold it: a cycle that kept the
+                # request's inputs (a refused 6 MiB prompt) alive until the garbage collector ran.
+                e.__traceback__ = None
             pr = pa = e
         prompts.append(pr)
         params.append(pa)

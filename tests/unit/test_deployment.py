@@ -284,7 +284,7 @@ def test_triton_home_override(monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_HOME", raising=False)
     assert server.triton_home() == server.site_packages() / "pytriton" / "tritonserver"
     monkeypatch.setenv("TRITON_HOME", str(tmp_path))
-    cmd = server.server_command(launch.Settings(build_dir=str(tmp_path / "b")), "token")
+    cmd = server.server_command(launch.Settings(build_dir=str(tmp_path / "b"), edge=False), "token")
     assert cmd[0] == str(tmp_path / "bin" / "tritonserver")
     assert f"--backend-directory={tmp_path / 'backends'}" in cmd
 

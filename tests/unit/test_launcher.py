@@ -150,8 +150,8 @@ def test_builtin_vlm_builds_on_the_tokenizers_inside_models_dir(tmp_path, monkey
 
 
 def test_shm_prefix_names_one_build_folder(tmp_path):
-    a = replace(launch.Settings(), build_dir=str(tmp_path / "a"))
-    b = replace(launch.Settings(), build_dir=str(tmp_path / "b"))
+    a = replace(launch.Settings(), build_dir=str(tmp_path / "a"), edge=False)
+    b = replace(launch.Settings(), build_dir=str(tmp_path / "b"), edge=False)
     assert a.shm_prefix != b.shm_prefix
     # Still under the backend's default prefix: every glob for its regions keeps matching.
     assert a.shm_prefix.startswith("triton_python_backend_shm_region_")
@@ -219,7 +219,7 @@ def _free_port() -> int:
 
 def _fake_supervisor(tmp_path: Path, shm_dir: Path, exit_code: int = 0) -> tuple[Supervisor, launch.Settings]:
     port = _free_port()
-    s = replace(launch.Settings(), build_dir=str(tmp_path / "b"), http_port=port, openai_port=0)
+    s = replace(launch.Settings(), build_dir=str(tmp_path / "b"), http_port=port, openai_port=0, edge=False)
     script = tmp_path / "stand_in_server.py"
     script.write_text(FAKE_SERVER)
     cmd = [sys.executable, str(script), str(port), str(shm_dir / s.shm_prefix), str(exit_code)]
