@@ -79,6 +79,8 @@ def process_name(pid: int) -> str:
     model = next((a for a in args if a.endswith(".py") and "/1/" in a), None)
     if model:
         return Path(model).parent.parent.name
+    if args and args[0].startswith("nginx: "):  # nginx writes its role over its argv
+        return "nginx " + args[0].split()[1]
     if len(args) > 2 and args[1] == "-m":
         return args[2]
     return Path(args[0]).name if args else "?"

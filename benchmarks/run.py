@@ -767,6 +767,15 @@ def run(plan: Plan) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - recorded in the report
         res["footprint"] = {"error": str(e)}
 
+    # 11. what the edge costs against tritonserver's own ports (benchmarks.edge)
+    log("edge: render_chat through the edge against tritonserver's own ports, alternating rounds")
+    try:
+        from benchmarks import edge
+
+        res["edge"] = edge.run(rounds=2 if plan.quick else 3, quick=plan.quick)
+    except Exception as e:  # noqa: BLE001 - recorded in the report
+        res["edge"] = {"error": str(e)}
+
     res["elapsed_s"] = time.time() - t_start
     return res
 

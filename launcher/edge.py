@@ -143,9 +143,13 @@ http {{
     scgi_temp_path {d / "scgi"};
     client_header_timeout {header_s}s;
     client_body_timeout {header_s}s;
-    keepalive_timeout {header_s}s;
+    keepalive_timeout {max(1, round(s.edge_idle_timeout_s))}s;
     send_timeout {upstream_s}s;
     reset_timedout_connection on;
+    # A refused connection is read (and dropped) a while before it closes, so that the client gets
+    # the answer; no longer than a header may take.
+    lingering_time {header_s}s;
+    lingering_timeout {min(header_s, 5)}s;
     client_max_body_size {limit};
     client_body_buffer_size 1m;
     keepalive_requests 100000;

@@ -58,6 +58,7 @@ def check_stub_runs(stub: Path) -> None:
 
 
 MMAP_THRESHOLD_BYTES = 256 * 1024
+GRPC_POOL_SIZE = 1
 
 
 def server_env(s: Settings | None = None) -> dict[str, str]:
@@ -112,6 +113,9 @@ def server_command(s: Settings, watchdog_token: str, binary: str | Path | None =
         # per model at load only to ask its auto_complete_config, importing the adapter and all it
         # needs once more (chat_render's took 3.5 of a render-only server's 5 s to ready).
         "--disable-auto-complete-config",
+        # gRPC request messages kept for reuse keep the buffers of the largest they carried: with
+        # Triton's 8, a server that refused oversized gRPC requests kept up to 8 request bodies.
+        f"--grpc-infer-allocation-pool-size={GRPC_POOL_SIZE}",
         f"--backend-config=python,shm-region-prefix-name={s.shm_prefix}",
     ]
     # Explicit mode, so the watchdog can reload a model whose stub died; only the watchdog

@@ -137,7 +137,10 @@ class Settings:
     (``launcher/edge.py`` says what it guards against); off, they bind the ports themselves."""
     edge_header_timeout_s: float = 10.0
     """The edge closes a connection whose request headers (or the next part of its body) take
-    longer than this, and a keep-alive connection idle this long."""
+    longer than this."""
+    edge_idle_timeout_s: float = 600.0
+    """The edge closes a keep-alive connection idle this long (clients' pools keep connections
+    idle for minutes; each costs the edge a few hundred bytes)."""
     edge_upstream_timeout_s: float = 600.0
     """The longest the edge waits for the next bytes of an answer (a whole non-streamed generation
     included) before it answers 504 and cancels the request."""

@@ -160,6 +160,7 @@ def server_settings(model_dir):
         # other templates' servers untrusted, vLLM's default.
         trust_request_chat_template=True,
         max_input_bytes=6 * 1024 * 1024,  # small enough for tests/live/test_render_completion_live.py to cross it
+        edge_header_timeout_s=4.0,  # tests/live/test_edge_live.py waits for it
     )
 
 

@@ -40,6 +40,7 @@ def markdown(res: dict[str, Any], s: dict[str, Any], out_dir: Path, doc: Path, p
     lines += sections.streaming_section(res)
     lines += sections.inprocess_section(res, s)
     lines += sections.footprint_section(res)
+    lines += sections.edge_section(res)
     lines += sections.mm_section(res)
     lines += sections.gpu_section(ROOT / "benchmarks" / "results" / "gpu_check.json")
     lines += sections.overload_section(ROOT / "benchmarks" / "results" / "overload_signal.json")

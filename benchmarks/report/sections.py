@@ -1095,6 +1095,48 @@ def footprint_section(res: dict[str, Any]) -> list[str]:
     return lines + [_table(head, rows), ""]
 
 
+def edge_section(res: dict[str, Any]) -> list[str]:
+    """The edge against tritonserver's own ports of the same server (``benchmarks.edge``)."""
+    ed = res.get("edge")
+    if not ed:
+        return []
+    lines = ["## What the edge costs", ""]
+    if "error" in ed:
+        return lines + [f"Not measured: {ed['error']}", ""]
+    lines += [
+        f"`{ed['model']}` through the edge (nginx, launcher/edge.py) and on tritonserver's own loopback ports "
+        f"behind it, one render-only server, perf_analyzer, medians of {ed['rounds']} alternating rounds "
+        f"({ed['cpus']} CPUs; `python -m benchmarks.edge`). The edge's PSS: "
+        + ", ".join(f"{k} {' + '.join(_f(v, 1) for v in vs)} MB" for k, vs in sorted(ed["edge_pss_mb"].items()))
+        + ".",
+        "",
+    ]
+    rows = [
+        [
+            r["protocol"],
+            r["concurrency"],
+            _f(r["edge"]["requests_per_s"], 0),
+            _f(r["direct"]["requests_per_s"], 0),
+            _f(r["throughput_ratio"], 2),
+            _f(r["edge"]["p50_ms"], 2),
+            _f(r["direct"]["p50_ms"], 2),
+            _f(r["p50_added_ms"], 2),
+        ]
+        for r in ed["rows"]
+    ]
+    head = [
+        "protocol",
+        "concurrency",
+        "edge req/s",
+        "direct req/s",
+        "ratio",
+        "edge p50 ms",
+        "direct p50 ms",
+        "added ms",
+    ]
+    return lines + [_table(head, rows), ""]
+
+
 def inprocess_section(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
     """The in-process baselines."""
     lines: list[str] = []

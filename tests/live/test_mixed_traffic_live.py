@@ -7,8 +7,9 @@ streams (some cancelled early) and the OpenAI front (streamed or not, some strea
 refusal must be a client error carrying its message, every valid answer what the same request
 answered alone, and tritonserver must be the same process at the end, with no signal in its log and
 no restart. Before the ensembles became chains this crashed the server within a few dozen
-requests. gRPC streams with ``triton_grpc_error`` still crash it, so no client here sends that header
-(the second test checks the server saw none of its failed streams).
+requests. Every gRPC stream here carries ``triton_grpc_error: true``, as any third-party client may:
+behind the edge (launcher/edge.py) Triton never sees it; sent to Triton 2.51 itself, it crashed the
+server within a few dozen requests (the second test checks Triton saw none of its failed streams).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def test_mixed_valid_and_invalid_requests_leave_the_server_up(server):
     from benchmarks.mixed_traffic import Sender, check_server, drive
     from launcher import cli as launch
 
-    sender = Sender(server.host, server.http_port, server.grpc_port, server.openai_port)
+    sender = Sender(server.host, server.http_port, server.grpc_port, server.openai_port, grpc_error_header=True)
     pid = launch.running_pid(server)
     assert pid is not None
 
@@ -62,10 +63,10 @@ def test_mixed_valid_and_invalid_requests_leave_the_server_up(server):
     assert set(report.by_channel) == {"http_generate", "http_stream", "grpc_stream", "front"}, summary
 
 
-def test_the_clients_send_no_triton_grpc_error_header(server):
-    """The header is what turns a stream's error into Triton 2.51's crash: neither this project's
-    client nor its front may send it (each unit-tested too); this checks the front's real calls by
-    the server's count of streams that ended in Triton's mishandled error path."""
+def test_triton_never_sees_triton_grpc_error(server):
+    """The header is what turns a stream's error into Triton 2.51's crash: the first test's clients
+    sent it on every stream, and neither this project's client nor its front sends it (each
+    unit-tested too); Triton's log shows whether any stream reached its mishandled error path."""
     from pathlib import Path
 
     log = Path(server.log_file).read_text(errors="replace")
