@@ -35,6 +35,11 @@ from launcher.settings import Settings
 # Triton 2.51 runs a request on when its HTTP client leaves, and answers some client errors with a
 # 500 or a 200 carrying the error.
 GENERATE_PATHS = r"^/v2/models/[^/]+(/versions/[^/]+)?/generate(_stream)?$"
+INFER_PATHS = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
+DECOUPLED = (
+    "model $infer_model streams its responses: send it to /v2/models/$infer_model/generate_stream"
+    " or over a gRPC stream (ModelStreamInfer), not to /infer"
+)
 # The gRPC method whose one call carries many requests: its body limit is per stream, not per
 # request, so it is left to the per-message limit Triton's stubs apply (``max_input_bytes``).
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -104,8 +109,21 @@ def render_config(s: Settings) -> str:
         if not port:
             continue
         generate = ""
-        if upstream == "triton_http" and s.openai_port:
+        if upstream == "triton_http":
+            # Triton answers /infer on a decoupled model with a 501: the client's error, said as one.
             generate = f"""
+        location ~ {INFER_PATHS} {{
+            proxy_pass http://triton_http;
+            proxy_read_timeout {upstream_s}s;
+            proxy_send_timeout {upstream_s}s;
+            proxy_intercept_errors on;
+            error_page 413 = @too_large;
+            error_page 502 = @unavailable;
+            error_page 501 = @decoupled;
+        }}
+        location @decoupled {{ {_http_error(400, DECOUPLED, openai)} }}"""
+        if upstream == "triton_http" and s.openai_port:
+            generate += f"""
         location ~ {GENERATE_PATHS} {{
             proxy_pass http://front;
             proxy_read_timeout {upstream_s}s;
@@ -161,6 +179,7 @@ http {{
     proxy_buffering off;
     proxy_http_version 1.1;
     proxy_set_header Connection "";
+    map $uri $infer_model {{ "~^/v2/models/(?<m>[^/]+)/" $m; default ""; }}
     upstream triton_http {{ server 127.0.0.1:{inner.http}; keepalive 64; }}
     upstream triton_grpc {{ server 127.0.0.1:{inner.grpc}; keepalive 64; }}
     upstream triton_metrics {{ server 127.0.0.1:{inner.metrics}; }}
@@ -223,6 +242,18 @@ def start_edge(s: Settings) -> subprocess.Popen | None:
     if check.returncode != 0:
         raise SystemExit(f"the edge's nginx config {conf} does not load:\n{check.stderr}")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def quit_edge(proc: subprocess.Popen | None, timeout_s: float) -> None:
+    """nginx's graceful stop (SIGQUIT): no new connections, in-flight requests finished."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGQUIT)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def stop_edge(s: Settings) -> None:

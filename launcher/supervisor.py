@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from launcher.edge import start_edge
+from launcher.edge import quit_edge, start_edge
 from launcher.server import exit_timeout_s, server_command, server_env
 from launcher.load_watch import LoadWatch, log_tail, stub_died
 from launcher.processes import (
@@ -209,6 +209,9 @@ class Supervisor:
             exited = self._watch(server, watchdog)
             if exited is None:
                 log.info("stopping tritonserver (pid %d) on request", server.pid)
+                # The edge first, gracefully: it finishes what is in flight and closes its idle
+                # connections to Triton, whose own graceful stop would wait for them to its timeout.
+                quit_edge(self._edge, exit_timeout_s(self.s))
                 # Ready (perhaps only just, unseen by _watch): SIGTERM first, so it can finish.
                 self._bury(server, watchdog, graceful=self._state.ready or server_ready(self.s.triton_http_url))
                 return 0

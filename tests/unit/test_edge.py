@@ -48,7 +48,7 @@ def test_no_front_no_front_port(tmp_path):
     s = _settings(tmp_path, openai_port=0)
     assert s.inner.front == 0
     conf = edge.render_config(s)
-    assert "upstream front" not in conf and "generate" not in conf.split("upstream triton_http")[1]
+    assert "upstream front" not in conf and f"location ~ {edge.GENERATE_PATHS}" not in conf
 
 
 def test_grpc_drops_triton_grpc_error_on_every_method(tmp_path):
@@ -85,7 +85,7 @@ def test_bodies_headers_and_answers_are_bounded(tmp_path):
 def test_tritons_generate_paths_go_to_the_front(tmp_path):
     s = _settings(tmp_path)
     http = _server_block(edge.render_config(s), s.http_port)
-    block = http[http.index("location ~ ") :]
+    block = http[http.index(f"location ~ {edge.GENERATE_PATHS}") :]
     assert "proxy_pass http://front;" in block.split("}")[0]
     pattern = re.compile(edge.GENERATE_PATHS)
     for path in (
@@ -96,6 +96,17 @@ def test_tritons_generate_paths_go_to_the_front(tmp_path):
         assert pattern.match(path), path
     for path in ("/v2/models/completion/infer", "/v2/models/completion/generate/x", "/v2/health/ready"):
         assert not pattern.match(path), path
+
+
+def test_infer_on_a_decoupled_model_is_the_clients_error(tmp_path):
+    s = _settings(tmp_path)
+    http = _server_block(edge.render_config(s), s.http_port)
+    block = http[http.index(f"location ~ {edge.INFER_PATHS}") :].split("}")[0]
+    # Only Triton's 501 is replaced (its other answers keep their words), by a 400 naming the model.
+    assert "proxy_intercept_errors on;" in block and "error_page 501 = @decoupled;" in block
+    assert "error_page 500" not in block and "error_page 400" not in block
+    assert "return 400" in http[http.index("location @decoupled") :].split("}")[0]
+    assert re.match(edge.INFER_PATHS, "/v2/models/completion/versions/1/infer")
 
 
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed: `make edge` installs it (Debian's nginx-light)")
