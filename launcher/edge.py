@@ -199,6 +199,8 @@ http {{
             grpc_pass grpc://triton_grpc;
             grpc_set_header triton_grpc_error "";
             client_max_body_size 0;
+            # A stream's client sends nothing while it waits for its answers.
+            client_body_timeout {upstream_s}s;
             grpc_read_timeout {upstream_s}s;
             grpc_send_timeout {upstream_s}s;
         }}
