@@ -70,9 +70,10 @@ def test_bodies_headers_and_answers_are_bounded(tmp_path):
     assert "keepalive_timeout 600s;" in conf
     assert "proxy_read_timeout 90s;" in conf and "grpc_read_timeout 90s;" in conf
     # The only unbounded body is a gRPC stream's (many requests); Triton's stubs bound each input.
-    assert re.search(
-        r"location = /inference.GRPCInferenceService/ModelStreamInfer \{[^}]*client_max_body_size 0;", conf
-    )
+    stream = re.search(r"location = /inference.GRPCInferenceService/ModelStreamInfer \{[^}]*\}", conf).group(0)
+    assert "client_max_body_size 0;" in stream
+    # A stream's client is silent while its answers come: only the answer's own timeout applies.
+    assert "client_body_timeout 90s;" in stream
     # Over the limit: an answer that names it, in each port's own error form.
     limit = f"request body larger than the limit of {7 * 1024 * 1024} bytes (MAX_REQUEST_BYTES)"
     assert f"""return 413 '{{"error": "{limit}"}}';""" in _server_block(conf, s.http_port)
