@@ -1,7 +1,9 @@
 """The HTTP routes: OpenAI's chat and completions (streamed or not), vLLM's render, tokenize and
 detokenize endpoints, ``/v1/models`` (and one model's card), ``/health``, ``/version`` and
 ``/metrics``, each a thin call into ``FrontService`` (``serving.py``) or ``FrontMetrics``
-(``metrics.py``). Every error is OpenAI-shaped, with the status the ensembles' own gRPC status
+(``metrics.py``); and Triton's own generate extension (``/v2/models/<m>[/versions/<v>]/generate``
+and ``generate_stream``, ``generate.py``), whose errors keep Triton's shape ``{"error": "..."}``.
+Every other error is OpenAI-shaped, with the status the ensembles' own gRPC status
 implies: 400 for a bad request, 503 (with ``Retry-After``) while Triton cannot be reached, 500 only
 for a fault; FastAPI's own answers (an unknown route, a wrong method) too. A client that goes away
 mid-request, streamed or not, cancels its generation."""
@@ -24,12 +26,15 @@ from renderer.errors import RenderError
 
 from . import responses as out
 from .body import DEFAULT_MAX_BODY_BYTES, read_body
+from .generate import GenerateError, GenerateFaultError, GenerateService, MethodNotAllowedError, read_raw
 from .metrics import FrontMetrics, MetricsMiddleware
 from .protocol import FrontError, ModelCard
 from .serving import EnsemblesClient, FrontService
 
 # Seconds a client is told to wait before it retries a 503 (Triton starting or restarting).
 RETRY_AFTER_S = 1
+# Triton's generate routes take POST only; the rest are answered 405 in Triton's shape, as Triton does.
+GENERATE_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH"]
 
 
 class ClientGoneError(FrontError):
@@ -125,6 +130,40 @@ def create_app(
         except StopAsyncIteration:
             first = None
         return StreamingResponse(service.events(plan, first, pieces), media_type="text/event-stream")
+
+    triton_generator = GenerateService(lambda: service.ensembles)
+
+    async def triton_generate(request: Request, model: str, version: str, *, stream: bool) -> Response:
+        """Triton's generate extension, over gRPC: a client that goes away cancels the request."""
+        try:
+            if request.method != "POST":
+                raise MethodNotAllowedError()
+            raw = await read_raw(request.stream(), request.headers.get("content-length"), max_body_bytes)
+            req = await triton_generator.prepare(model, version, raw)
+            answer = triton_generator.stream(req) if stream else triton_generator.whole(req)
+            return await until_disconnected(request, answer)
+        except GenerateError as e:
+            return e.response()
+        except ClientGoneError:
+            raise  # no one reads the answer
+        except Exception as e:  # noqa: BLE001 - a bug of the front: a 500, in Triton's shape too
+            return GenerateFaultError(e).response()
+
+    @app.api_route("/v2/models/{model}/generate", methods=GENERATE_METHODS)
+    async def generate_triton(request: Request, model: str) -> Response:
+        return await triton_generate(request, model, "", stream=False)
+
+    @app.api_route("/v2/models/{model}/generate_stream", methods=GENERATE_METHODS)
+    async def generate_stream_triton(request: Request, model: str) -> Response:
+        return await triton_generate(request, model, "", stream=True)
+
+    @app.api_route("/v2/models/{model}/versions/{version}/generate", methods=GENERATE_METHODS)
+    async def generate_version_triton(request: Request, model: str, version: str) -> Response:
+        return await triton_generate(request, model, version, stream=False)
+
+    @app.api_route("/v2/models/{model}/versions/{version}/generate_stream", methods=GENERATE_METHODS)
+    async def generate_stream_version_triton(request: Request, model: str, version: str) -> Response:
+        return await triton_generate(request, model, version, stream=True)
 
     @app.on_event("shutdown")
     async def close() -> None:

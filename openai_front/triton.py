@@ -7,6 +7,9 @@ Triton 2.51: client/triton_client.py says how): a failed request's error comes a
 alone, which ``client.stream_error_kind`` reads. Leaving a stream early (the HTTP client went away)
 cancels it, and Triton cancels the request in the ensemble; the post-processor then stops the
 engine.
+
+``Ensembles.stream`` is the generic form, for Triton's generate extension (``generate.py``): any
+model, tensors and request parameters as given, every response as Triton sent it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncGenerator, AsyncIterator, Mapping, Sequence
 
 import numpy as np
 
@@ -45,6 +48,98 @@ STREAM_ERRORS = {
     "internal": HTTPStatus.INTERNAL_SERVER_ERROR,
     "unknown": HTTPStatus.INTERNAL_SERVER_ERROR,
 }
+# The response parameter Triton's gRPC stream adds to say a request's last response, and the request
+# parameter that makes it send one even when a decoupled model ends with the flag alone
+# (src/grpc/stream_infer_handler.cc).
+FINAL_RESPONSE = "triton_final_response"
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+
+ParameterValue = bool | int | float | str
+"""A request or response parameter's value, as Triton's ``InferParameter`` carries it."""
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """One input of a model, as its metadata and config describe it."""
+
+    name: str
+    """The input's name."""
+
+    datatype: str
+    """Triton's datatype name: "INT32", "BYTES", ..."""
+
+    shape: tuple[int, ...]
+    """The metadata's shape: the batch dimension (-1) first when the model batches; -1 for any size."""
+
+    optional: bool
+    """The config marks it optional: a request may leave it out."""
+
+
+@dataclass(frozen=True)
+class ModelInterface:
+    """What a client needs to know of a model to build its requests."""
+
+    name: str
+    """The model's name."""
+
+    inputs: tuple[InputInfo, ...]
+    """Its inputs, in the metadata's order."""
+
+    decoupled: bool
+    """It may send any number of responses per request (``model_transaction_policy``)."""
+
+    steps: tuple[str, ...] = ()
+    """An ensemble's step models, in its config's order; () for any other model."""
+
+    def runs(self, model: str) -> bool:
+        """``model`` is this model or one of its ensemble's steps."""
+        return model == self.name or model in self.steps
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor as Triton's gRPC messages carry it."""
+
+    name: str
+    """Its name."""
+
+    datatype: str
+    """Triton's datatype name."""
+
+    shape: tuple[int, ...]
+    """Its shape, batch dimension included."""
+
+    data: bytes
+    """Its raw contents, little-endian; BYTES: each element as a 4-byte length, then its bytes."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One response of a gRPC stream, as Triton sent it."""
+
+    error: str
+    """The error's message; "" for a response with outputs."""
+
+    final: bool
+    """The request's last response."""
+
+    model_name: str
+    """The model that answered."""
+
+    model_version: str
+    """Its version."""
+
+    parameters: tuple[tuple[str, ParameterValue], ...]
+    """The response's parameters, in the message's order; the stream's own final flag left out."""
+
+    outputs: tuple[Tensor, ...]
+    """Its output tensors, in the message's order."""
+
+    @property
+    def flag_only(self) -> bool:
+        """Nothing but the final flag: what the gRPC stream sends when a decoupled model ends a
+        request without a response (``EMPTY_FINAL_RESPONSE``)."""
+        return self.final and not self.error and not self.outputs and not self.parameters
 
 
 @dataclass(frozen=True)
@@ -68,8 +163,9 @@ class Piece:
     step's delta) when the server parses tool calls or reasoning; "" otherwise."""
 
 
-def _error(e: Exception) -> FrontError:
-    """A failed call as an HTTP status: Triton's gRPC status code says whose fault it was."""
+def _error(e: Exception, front_model: bool = True) -> FrontError:
+    """A failed call as an HTTP status: Triton's gRPC status code says whose fault it was.
+    ``front_model``: the call named a model of the front's own choosing (not one a client named)."""
     import grpc
     from tritonclient.utils import InferenceServerException
 
@@ -88,7 +184,7 @@ def _error(e: Exception) -> FrontError:
         status = GRPC_STATUS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
     if (code, message) == GRPC_LOST_STATUS:
         status = HTTPStatus.SERVICE_UNAVAILABLE
-    if "Request for unknown model" in message:
+    if front_model and "Request for unknown model" in message:
         # The front calls only the ensembles the launcher loads: one not there is still loading
         # (Triton starting or restarting) or being reloaded, not the client's mistake.
         status = HTTPStatus.SERVICE_UNAVAILABLE
@@ -202,6 +298,76 @@ class Ensembles:
                 self._stopping.add(task)
                 task.add_done_callback(self._stopping.discard)
 
+    async def model_interface(self, model: str, version: str = "") -> ModelInterface:
+        """A model's inputs and kind, from its metadata and config; a client's unknown model is
+        Triton's own 404 (NOT_FOUND), not the 503 of an ensemble the front calls itself."""
+        try:
+            meta = await self._client.get_model_metadata(model, version)
+            config = (await self._client.get_model_config(model, version)).config
+        except Exception as e:  # noqa: BLE001 - mapped to an HTTP status
+            raise _error(e, front_model=False) from None
+        optional = {i.name for i in config.input if i.optional}
+        return ModelInterface(
+            name=meta.name,
+            inputs=tuple(InputInfo(i.name, i.datatype, tuple(i.shape), i.name in optional) for i in meta.inputs),
+            decoupled=config.model_transaction_policy.decoupled,
+            steps=tuple(step.model_name for step in config.ensemble_scheduling.step),
+        )
+
+    async def stream(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[Tensor],
+        parameters: Mapping[str, ParameterValue],
+        rid: str,
+        *,
+        stop_post_processor: bool = False,
+    ) -> AsyncGenerator[Reply, None]:
+        """Every response of one request, as Triton sends them, up to the final one (an empty
+        final response included: ``Reply.flag_only``); closing this iterator early cancels the
+        request, and with ``stop_post_processor`` stops the engine too (see ``generate``)."""
+        from tritonclient.grpc import service_pb2
+
+        request = service_pb2.ModelInferRequest(model_name=model, model_version=version, id=rid)
+        for t in inputs:
+            pb = request.inputs.add()
+            pb.name, pb.datatype = t.name, t.datatype
+            pb.shape.extend(t.shape)
+            request.raw_input_contents.append(t.data)
+        for key, value in parameters.items():
+            _set_parameter(request.parameters[key], value)
+        request.parameters[EMPTY_FINAL_RESPONSE].bool_param = True
+
+        async def requests() -> AsyncIterator[Any]:
+            yield request
+
+        # The stub's own call on the client's channel: tritonclient's ``stream_infer`` refuses every
+        # "triton_" parameter (the empty-final one included), and its error responses drop the
+        # message's parameters, the final flag with them; without both the end of a decoupled
+        # model's request cannot be told.
+        call = self._client._client_stub.ModelStreamInfer(requests())
+        finished = False
+        try:
+            while True:
+                try:
+                    message = await call.read()
+                except Exception as e:  # noqa: BLE001 - the call failed: mapped to an HTTP status
+                    raise _error(e, front_model=False) from None
+                if message is _grpc_eof():
+                    return
+                reply = _reply(message)
+                yield reply
+                if reply.final:
+                    finished = True
+                    return
+        finally:
+            call.cancel()
+            if not finished and stop_post_processor:
+                task = asyncio.get_running_loop().create_task(self._stop(rid))
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
+
     async def _stop(self, rid: str) -> None:
         tensors = {
             "stop": np.array([[True]]),
@@ -219,3 +385,39 @@ class Ensembles:
                 break  # its one (empty, final) response
         except Exception:  # noqa: BLE001 - the request may have ended already
             pass
+
+
+def _grpc_eof() -> Any:
+    import grpc.aio
+
+    return grpc.aio.EOF
+
+
+def _set_parameter(pb: Any, value: ParameterValue) -> None:
+    if isinstance(value, bool):  # before int: a bool is an int in Python
+        pb.bool_param = value
+    elif isinstance(value, int):
+        pb.int64_param = value
+    elif isinstance(value, float):
+        pb.double_param = value
+    else:
+        pb.string_param = value
+
+
+def _reply(message: Any) -> Reply:
+    """A ``ModelStreamInferResponse`` as a ``Reply``."""
+    r = message.infer_response
+    params: list[tuple[str, ParameterValue]] = []
+    final = False
+    for key, p in r.parameters.items():
+        kind = p.WhichOneof("parameter_choice")
+        value = getattr(p, kind) if kind else ""
+        if key == FINAL_RESPONSE:
+            final = bool(value)
+        else:
+            params.append((key, value))
+    raw = list(r.raw_output_contents)
+    outputs = tuple(
+        Tensor(o.name, o.datatype, tuple(o.shape), raw[i] if i < len(raw) else b"") for i, o in enumerate(r.outputs)
+    )
+    return Reply(message.error_message, final, r.model_name, r.model_version, tuple(params), outputs)
