@@ -290,11 +290,8 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
                 (c.grpc if protocol == "grpc" else c.http).infer(model, inputs)
             record("ok")
         except RequestError as e:
-            if e.status == "500" and e.message.startswith("Unable to parse JSON"):
-                # Triton's own HTTP generate front end answers 500 when a JSON value has the
-                # wrong type for an input; the request never reaches a model (docs/RELIABILITY.md).
-                record("triton generate-endpoint JSON type error (500)")
-                return
+            # Triton's own generate endpoint answered 500 to a JSON value of the wrong type; the
+            # front serves those paths now, and any 5xx is a bad outcome.
             record_error(e.kind, e.status, e.message, f"{model} {protocol} stream")
         except InferenceServerException as e:
             status = str(e.status() or "")
@@ -326,9 +323,7 @@ def test_fuzz_every_client_facing_model(server, hf_tokenizer):
         )
     )
     assert not bad, "unexpected responses:\n" + "\n".join(bad)
-    frontend = outcomes.get("triton generate-endpoint JSON type error (500)", 0)
-    assert frontend < 0.01 * N_REQUESTS
-    assert outcomes.get("ok", 0) + outcomes.get("client error", 0) + frontend >= min(N_REQUESTS, 2000)
+    assert outcomes.get("ok", 0) + outcomes.get("client error", 0) >= min(N_REQUESTS, 2000)
     assert outcomes.get("ok", 0) > 0 and outcomes.get("client error", 0) > 0
     assert after.stubs == before.stubs, (
         f"a stub died or was restarted: gone {sorted(before.stubs - after.stubs)}, new {sorted(after.stubs - before.stubs)}"
