@@ -28,7 +28,7 @@ from . import responses as out
 from .body import DEFAULT_MAX_BODY_BYTES, read_body
 from .generate import GenerateError, GenerateFaultError, GenerateService, MethodNotAllowedError, read_raw
 from .metrics import FrontMetrics, MetricsMiddleware
-from .protocol import FrontError, ModelCard
+from .protocol import FrontError, ModelCard, vllm_error_type
 from .serving import EnsemblesClient, FrontService
 
 # Seconds a client is told to wait before it retries a 503 (Triton starting or restarting).
@@ -175,7 +175,9 @@ def create_app(
 async def front_error(_: Request, e: FrontError) -> JSONResponse:
     """A refusal (or Triton away) in OpenAI's error shape; a 503 says when to retry."""
     headers = {"Retry-After": str(RETRY_AFTER_S)} if e.status == HTTPStatus.SERVICE_UNAVAILABLE else None
-    return JSONResponse(out.error_body(e.message, e.status, e.param), status_code=e.status, headers=headers)
+    return JSONResponse(
+        out.error_body(e.message, e.status, e.param, e.error_type), status_code=e.status, headers=headers
+    )
 
 
 async def refused(request: Request, e: RenderError) -> JSONResponse:
@@ -199,7 +201,9 @@ async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
 async def fault(_: Request, e: Exception) -> JSONResponse:
     """A bug of the front: a 500 in OpenAI's error shape."""
     msg = f"{type(e).__name__}: {e}"
-    return JSONResponse(out.error_body(msg, HTTPStatus.INTERNAL_SERVER_ERROR), status_code=500)
+    return JSONResponse(
+        out.error_body(msg, HTTPStatus.INTERNAL_SERVER_ERROR, error_type=vllm_error_type(500)), status_code=500
+    )
 
 
 async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:

@@ -14,10 +14,14 @@ def request_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(8)}"
 
 
-def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
-    """vLLM's ``ErrorResponse``: OpenAI's error object, ``type`` the status phrase."""
-    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Client Closed Request"
-    return {"error": {"message": message, "type": phrase, "param": param, "code": status}}
+def error_body(message: str, status: int, param: str | None = None, error_type: str | None = None) -> dict[str, Any]:
+    """vLLM's ``ErrorResponse``: OpenAI's error object. ``error_type``: the ``type`` vLLM gives the
+    same error (``FrontError.error_type``: "BadRequestError" for a refused value, ...); without one,
+    the status phrase, vLLM's ``type`` for FastAPI's own errors (no such route, a wrong method)."""
+    if error_type is None:
+        known = status in HTTPStatus._value2member_map_
+        error_type = HTTPStatus(status).phrase if known else "Client Closed Request"
+    return {"error": {"message": message, "type": error_type, "param": param, "code": int(status)}}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

@@ -24,6 +24,7 @@ from .protocol import (
     detokenize_tensors,
     generation_plan,
     render_plan,
+    tokenize_chat_refusal,
     tokenize_plan,
 )
 from .triton import Piece
@@ -72,23 +73,27 @@ class FrontService:
         return out.models_body(self.card, self.created)
 
     def model(self, model_id: str) -> dict[str, Any]:
-        """``/v1/models/{id}`` (OpenAI's ``models.retrieve``): the card, or vLLM's 404 for another id."""
-        check_model({"model": model_id}, self.card)
+        """``/v1/models/{id}`` (OpenAI's ``models.retrieve``): the card, or a 404 for another id
+        (vLLM serves no such route: its words for an unknown model, without its list of aliases)."""
+        check_model({"model": model_id}, self.card, aliases=False)
         return out.model_card_body(self.card, self.created)
 
     async def render(self, body: dict[str, Any], *, chat: bool) -> Any:
         """vLLM's ``/v1/chat/completions/render`` (one body) and ``/v1/completions/render`` (a list)."""
-        tensors, max_tokens = render_plan(body, self.card, chat=chat)
+        tensors, max_tokens, read = render_plan(body, self.card, chat=chat)
         res = await self.ensembles.infer("render_chat" if chat else "render_completion", tensors)
         if chat:
             if max_tokens is None:  # vLLM fills in the rest of the context for a chat
                 max_tokens = self.card.max_model_len - int(res["input_lengths"][0])
-            return out.render_body("chatcmpl", res, body, self.card, max_tokens)
-        return [out.render_body("cmpl", res, body, self.card, max_tokens)]
+            return out.render_body("chatcmpl", res, read, self.card, max_tokens)
+        return [out.render_body("cmpl", res, read, self.card, max_tokens)]
 
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         model, tensors = tokenize_plan(body, self.card)
-        res = await self.ensembles.infer(model, tensors)
+        try:
+            res = await self.ensembles.infer(model, tensors)
+        except FrontError as e:
+            raise tokenize_chat_refusal(body, e) if model == "render_chat" else e from None
         ids = [int(i) for i in res["input_ids"]]
         strs = self.token_strings(ids) if body.get("return_token_strs") else None
         return {"count": len(ids), "max_model_len": self.card.max_model_len, "tokens": ids, "token_strs": strs}
@@ -182,7 +187,7 @@ class FrontService:
                     out.chunk_body(kind, rid, name, created, no_choices=True, usage_=out.usage(prompt_tokens, n_out))
                 )
         except FrontError as e:
-            yield event(out.error_body(e.message, e.status, e.param))
+            yield event(out.error_body(e.message, e.status, e.param, e.error_type))
         finally:
             # Also when the client went away (this task is being cancelled): the shield lets the
             # generator's own clean-up run, which cancels the request in the ensembles.

@@ -82,6 +82,34 @@ class ValueRangeError(InvalidParamsError):
         super().__init__(f"{parameter} must be {rule}, got {value}.", parameter=parameter, value=value)
 
 
+class SamplingRangeError(InvalidParamsError):
+    """A sampling number outside what vLLM's ``SamplingParams`` takes, for the checks vLLM words
+    without naming their parameter (``n``, the three penalties, ``top_k``, ``min_p``,
+    ``min_tokens``): ``<name> must be <rule>, got <value>.`` and no suffix, so vLLM's answer, and
+    this one, has ``param`` null."""
+
+    def __init__(self, name: str, rule: str, value: object) -> None:
+        super().__init__(f"{name} must be {rule}, got {value}.")
+
+
+class OutOfVocabStopIdsError(InvalidParamsError):
+    """``stop_token_ids`` outside the model's vocabulary (vLLM's wording, naming the parameter)."""
+
+    def __init__(self, ids: list[int], vocab_size: int) -> None:
+        super().__init__(
+            f"token_id(s) {ids} in stop_token_ids contain out-of-vocab token ids. Vocabulary size: {vocab_size}",
+            parameter="stop_token_ids",
+            value=ids,
+        )
+
+
+class EmptyStopStringError(InvalidParamsError):
+    """``stop`` holds an empty string (vLLM's wording; it names no parameter)."""
+
+    def __init__(self) -> None:
+        super().__init__("stop cannot contain an empty string.")
+
+
 class InvalidJSONError(InvalidParamsError):
     def __init__(self, what: str, detail: str) -> None:
         super().__init__(f"{what} is not valid JSON: {detail}")
@@ -89,6 +117,19 @@ class InvalidJSONError(InvalidParamsError):
 
 class TruncationSizeError(InvalidParamsError):
     """vLLM: truncate_prompt_tokens larger than max_total_tokens - max_output_tokens."""
+
+
+class TruncationOverContextError(TruncationSizeError):
+    """``truncate_prompt_tokens`` larger than the context: the front's check, in vLLM 0.32's words
+    (its request's ``TokenizeParams``, which measures truncation against the whole context)."""
+
+    def __init__(self, value: int, max_model_len: int) -> None:
+        super().__init__(
+            f"truncate_prompt_tokens={value} cannot be greater than max_model_len = {max_model_len}. "
+            "Please request a smaller truncation size.",
+            parameter="truncate_prompt_tokens",
+            value=value,
+        )
 
 
 class TruncationSideError(InvalidParamsError):
@@ -100,6 +141,19 @@ class TruncationSideError(InvalidParamsError):
 
 class OutputTokensError(InvalidParamsError):
     """max_output_tokens larger than max_total_tokens."""
+
+
+class OutputOverContextError(OutputTokensError):
+    """``max_tokens`` (or a chat's ``max_completion_tokens``, named as sent) larger than the
+    context: the front's check, before any stage sees the number, in vLLM's words."""
+
+    def __init__(self, parameter: str, value: int, max_model_len: int) -> None:
+        super().__init__(
+            f"{parameter}={value} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            parameter=parameter,
+            value=value,
+        )
 
 
 class PromptError(RenderError):
@@ -492,23 +546,137 @@ class FrontRequestError(RenderError):
     """A request the HTTP front refuses before any stage sees it, answered with ``status``.
 
     It never crosses Triton, so its parameter stays beside the message, as vLLM's front passes
-    ``param``, rather than printed in it."""
+    ``param``, rather than printed in it (a subclass whose vLLM counterpart prints the suffix sets
+    ``prints_parameter``). ``error_type`` is the ``type`` of vLLM's answer to the same refusal;
+    None: the one its status implies (``openai_front.protocol.vllm_error_type``)."""
 
     status: int = HTTPStatus.BAD_REQUEST
     prints_parameter = False
+    error_type: str | None = None
 
     @property
     def message(self) -> str:
         return str(self)
 
 
+class RequestModelError(FrontRequestError):
+    """The body fails vLLM's request model (pydantic's field types and bounds). vLLM answers it as
+    FastAPI's request-validation error: pydantic's errors listed in the message, ``type`` the status
+    phrase, ``param`` the first error's location (``body.max_tokens``)."""
+
+    error_type = HTTPStatus.BAD_REQUEST.phrase
+
+
+class FrontValidationError(FrontRequestError):
+    """A refusal vLLM raises as a ``VLLMValidationError`` from its request model's own checks,
+    before rendering: its message ends in the ``(parameter=...)`` suffix, as vLLM's does."""
+
+    prints_parameter = True
+
+
+class StreamOptionsError(FrontValidationError):
+    """``stream_options`` set on a request that does not stream."""
+
+    def __init__(self) -> None:
+        super().__init__("Stream options can only be defined when `stream=True`.", parameter="stream_options")
+
+
+class CacheSaltFieldError(FrontValidationError):
+    """``cache_salt`` that is not a non-empty string."""
+
+    def __init__(self) -> None:
+        super().__init__("Parameter 'cache_salt' must be a non-empty string if provided.", parameter="cache_salt")
+
+
+class CacheSaltFormError(FrontValidationError):
+    """``cache_salt`` longer than vLLM takes, or holding a character it forbids."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"Parameter 'cache_salt' must be at most {limit} characters and must not contain '@', '/', '\\\\', or NUL.",
+            parameter="cache_salt",
+        )
+
+
+class NoPromptGivenError(FrontValidationError):
+    """A completion without a prompt (absent, null or "") and without ``prompt_embeds``."""
+
+    def __init__(self) -> None:
+        super().__init__("Either prompt or prompt_embeds must be provided and non-empty.", parameter="prompt")
+
+
+class LogprobsTypeError(FrontValidationError):
+    """``logprobs`` (of a completion), ``top_logprobs`` or ``prompt_logprobs`` that is not a number."""
+
+    def __init__(self, name: str, value: object) -> None:
+        super().__init__(f"`{name}` must be an integer.", parameter=name, value=value)
+
+
+class LogprobsRangeError(FrontValidationError):
+    """A log-probability count below -1."""
+
+    def __init__(self, name: str, value: object) -> None:
+        super().__init__(f"`{name}` must be a positive value or -1.", parameter=name, value=value)
+
+
+class PromptLogprobsStreamError(FrontValidationError):
+    """``prompt_logprobs`` asked for on a streamed request."""
+
+    def __init__(self) -> None:
+        super().__init__("`prompt_logprobs` are not available when `stream=True`.", parameter="prompt_logprobs")
+
+
+class TopLogprobsWithoutLogprobsError(FrontValidationError):
+    """A chat's ``top_logprobs`` without ``logprobs: true``."""
+
+    def __init__(self) -> None:
+        super().__init__("when using `top_logprobs`, `logprobs` must be set to true.", parameter="top_logprobs")
+
+
+class LogprobsLimitError(FrontValidationError):
+    """More log probabilities per token than vLLM's default ``--max-logprobs`` allows."""
+
+    def __init__(self, kind: str, parameter: str, value: int, limit: int) -> None:
+        super().__init__(
+            f"Requested {kind} logprobs of {value}, which is greater than max allowed: {limit}",
+            parameter=parameter,
+            value=value,
+        )
+
+
+class GenerationPromptFlagsError(FrontRequestError):
+    """``continue_final_message`` and ``add_generation_prompt`` both true: vLLM's request model
+    refuses it before rendering, in these words and naming no parameter."""
+
+    def __init__(self) -> None:
+        super().__init__("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+
+
+class MessagesNotIterableError(FrontRequestError):
+    """``messages`` that is no JSON array, object or string (null, a number, a boolean): vLLM's
+    request model iterates it before validating it and fails with Python's own words (a
+    ``TypeError``, answered as a 400 naming no parameter); the same words here."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(f"'{type(value).__name__}' object is not iterable")
+
+
 class UnknownModelError(FrontRequestError):
-    """``model`` names a model this server does not serve (vLLM's wording, a 404)."""
+    """``model`` names a model this server does not serve (vLLM's wording, a 404); ``served``: the
+    served name, which vLLM's answer to a request body lists."""
 
     status = HTTPStatus.NOT_FOUND
 
-    def __init__(self, model: object) -> None:
-        super().__init__(f"The model `{model}` does not exist.", parameter="model")
+    def __init__(self, model: object, served: str | None = None) -> None:
+        aliases = f" Valid aliases: {served}." if served is not None else ""
+        super().__init__(f"The model `{model}` does not exist.{aliases}", parameter="model")
+
+
+class SingleChoiceError(FrontRequestError):
+    """``n`` above 1: this server returns one choice per request (vLLM returns ``n``)."""
+
+    def __init__(self, n: object) -> None:
+        super().__init__(f"n must be 1: this server returns one choice per request, got {n!r}.", parameter="n")
 
 
 class UnsupportedFieldError(FrontRequestError):

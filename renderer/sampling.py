@@ -10,7 +10,17 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import FieldTypeError, InvalidParamsError, MaxTokensError, UnknownFieldError, ValueRangeError, short
+from .errors import (
+    EmptyStopStringError,
+    FieldTypeError,
+    InvalidParamsError,
+    MaxTokensError,
+    OutOfVocabStopIdsError,
+    SamplingRangeError,
+    UnknownFieldError,
+    ValueRangeError,
+    short,
+)
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
@@ -65,8 +75,17 @@ class SamplingParams:
         return self.temperature == 0.0
 
     @classmethod
-    def from_request(cls, bag: Mapping[str, Any] | None, max_tokens: int | None = None) -> "SamplingParams":
-        """Parse a ``sampling_params`` JSON object; ``max_tokens`` bounds ``min_tokens``."""
+    def from_request(
+        cls,
+        bag: Mapping[str, Any] | None,
+        max_tokens: int | None = None,
+        min_p: float | None = None,
+        vocab_size: int = 0,
+    ) -> "SamplingParams":
+        """Parse a ``sampling_params`` JSON object; ``max_tokens`` bounds ``min_tokens``; ``min_p``
+        is checked in its place (``verify``). ``vocab_size``: the caller checks ``stop_token_ids``
+        against the vocabulary itself (``check_vocab``), where vLLM does, after the other checks;
+        0 (unknown, the stage's case): a negative id is refused here."""
         if bag is None:
             bag = {}
         if not isinstance(bag, Mapping):
@@ -77,15 +96,17 @@ class SamplingParams:
         stop = bag.get("stop") or []
         if isinstance(stop, str):
             stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise FieldTypeError("sampling_params", "stop", "a non-empty string or a list of them", stop)
+        if not all(stop):
+            raise EmptyStopStringError()
         if len(stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stop):
             raise InvalidParamsError(
                 f"stop takes at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters.",
                 parameter="stop",
             )
         stop_ids = bag.get("stop_token_ids") or []
-        if not isinstance(stop_ids, list) or not all(_is_int(i) and i >= 0 for i in stop_ids):
+        if not isinstance(stop_ids, list) or not all(_is_int(i) and (vocab_size or i >= 0) for i in stop_ids):
             raise InvalidParamsError(
                 f"stop_token_ids must contain only integers, got {short(stop_ids)}.", parameter="stop_token_ids"
             )
@@ -117,19 +138,29 @@ class SamplingParams:
             frequency_penalty=_number(bag, "frequency_penalty", 0.0),
             skip_special_tokens=_flag(bag, "skip_special_tokens", True),
         )
-        params.verify(max_tokens)
+        params.verify(max_tokens, min_p)
         return params
 
-    def verify(self, max_tokens: int | None = None) -> None:
-        """vLLM's range checks, in its order and wording."""
+    def check_vocab(self, vocab_size: int) -> None:
+        """vLLM's bound on ``stop_token_ids``: ids of the model's vocabulary."""
+        outside = [i for i in self.stop_token_ids if not 0 <= i < vocab_size]
+        if outside:
+            raise OutOfVocabStopIdsError(outside, vocab_size)
+
+    def verify(self, max_tokens: int | None = None, min_p: float | None = None) -> None:
+        """vLLM's range checks, in its order and wording. ``min_p``: the request's, which only the
+        HTTP front reads (it is no field here: no engine takes it), checked in vLLM's place.
+
+        vLLM names the parameter (``(parameter=..., value=...)``, and ``param`` in its HTTP answer)
+        for temperature, top_p and max_tokens only; the others are ``SamplingRangeError``s."""
         if not -2.0 <= self.presence_penalty <= 2.0:
-            raise ValueRangeError("presence_penalty", "in [-2, 2]", self.presence_penalty)
+            raise SamplingRangeError("presence_penalty", "in [-2, 2]", self.presence_penalty)
         if not -2.0 <= self.frequency_penalty <= 2.0:
-            raise ValueRangeError("frequency_penalty", "in [-2, 2]", self.frequency_penalty)
+            raise SamplingRangeError("frequency_penalty", "in [-2, 2]", self.frequency_penalty)
         if not math.isfinite(self.repetition_penalty):
-            raise ValueRangeError("repetition_penalty", "a finite number", self.repetition_penalty)
+            raise SamplingRangeError("repetition_penalty", "a finite number", self.repetition_penalty)
         if self.repetition_penalty <= 0.0:
-            raise ValueRangeError("repetition_penalty", "greater than zero", self.repetition_penalty)
+            raise SamplingRangeError("repetition_penalty", "greater than zero", self.repetition_penalty)
         if not math.isfinite(self.temperature):
             raise ValueRangeError("temperature", "a finite number", self.temperature)
         if self.temperature < 0.0:
@@ -139,13 +170,15 @@ class SamplingParams:
         if not 0.0 < self.top_p <= 1.0:
             raise ValueRangeError("top_p", "in (0, 1]", self.top_p)
         if self.top_k < 0:
-            raise ValueRangeError("top_k", "0 (disable), or at least 1", self.top_k)
+            raise SamplingRangeError("top_k", "0 (disable), or at least 1", self.top_k)
+        if min_p is not None and not 0.0 <= min_p <= 1.0:
+            raise SamplingRangeError("min_p", "in [0, 1]", min_p)
         if max_tokens is not None:
             check_max_tokens(max_tokens)
         if self.min_tokens < 0:
-            raise ValueRangeError("min_tokens", "greater than or equal to 0", self.min_tokens)
+            raise SamplingRangeError("min_tokens", "greater than or equal to 0", self.min_tokens)
         if max_tokens is not None and self.min_tokens > max_tokens:
-            raise ValueRangeError("min_tokens", f"less than or equal to max_tokens={max_tokens}", self.min_tokens)
+            raise SamplingRangeError("min_tokens", f"less than or equal to max_tokens={max_tokens}", self.min_tokens)
 
 
 def check_max_tokens(max_tokens: int) -> None:

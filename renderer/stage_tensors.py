@@ -126,7 +126,19 @@ _PARAMS_OUTPUTS = tuple(
     )
 )
 
-_CHAT_INPUTS = (_t("messages", "TYPE_STRING", (1,)), _t("chat_params", "TYPE_STRING", (1,), optional=True))
+_CHAT_INPUTS = (
+    # Optional so that Triton lets a request without it reach this stage, which names it (Triton 2.51
+    # checks only how many inputs a request has).
+    _t("messages", "TYPE_STRING", (1,), optional=True),
+    _t("chat_params", "TYPE_STRING", (1,), optional=True),
+    # The chat ensembles' other inputs, never read here: a chat request without ``messages`` still
+    # reaches this stage through them (a step given no input fails in the backend, naming nothing).
+    _t("tokenize_params", "TYPE_STRING", (1,), optional=True),
+    _t("cache_salt", "TYPE_STRING", (1,), optional=True),
+    _t("max_tokens", "TYPE_INT32", (1,), optional=True),
+    _t("stream", "TYPE_BOOL", (1,), optional=True),
+    _t("sampling_params", "TYPE_STRING", (1,), optional=True),
+)
 _CHAT_PROMPT = (
     _t("prompt", "TYPE_STRING", (1,)),
     _t("chat_template_applied", "TYPE_BOOL", (1,)),
@@ -215,7 +227,7 @@ STAGES: dict[str, StageTensors] = {
     ),
     "generation_params": StageTensors(
         inputs=(
-            _t("max_tokens", "TYPE_INT32", (1,)),
+            _t("max_tokens", "TYPE_INT32", (1,), optional=True),  # absent: named by the stage
             _t("stream", "TYPE_BOOL", (1,), optional=True),
             _t("sampling_params", "TYPE_STRING", (1,), optional=True),
             _engine("input_lengths"),

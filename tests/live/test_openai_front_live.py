@@ -156,7 +156,7 @@ def test_max_tokens_left_out_uses_the_rest_of_the_context(front, model_name):
             400,
             "image",
         ),
-        ({"messages": "hello"}, 400, "messages must be a list"),
+        ({"messages": "hello"}, 400, "Input should be a valid list"),
     ],
 )
 @pytest.mark.parametrize("stream", [False, True])

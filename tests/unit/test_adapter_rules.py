@@ -24,6 +24,7 @@ from renderer.errors import (
     EmptyMessagesError,
     FieldTypeError,
     InvalidJSONError,
+    MissingInputError,
     InvalidMessagesError,
     InvalidParamsError,
     LengthLimitError,
@@ -60,11 +61,18 @@ def vlm_dir() -> Path:
 # --- chat_render ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw", [None, "", "  \n"])
-def test_absent_or_blank_messages_are_refused(raw):
+@pytest.mark.parametrize("raw", ["", "  \n"])
+def test_blank_messages_are_refused(raw):
     with pytest.raises(EmptyMessagesError) as e:
         messages_from_json(raw)
     assert str(e.value) == "messages is empty: send a JSON array of chat messages."
+
+
+def test_absent_messages_are_named():
+    """Triton 2.51 lets a request without ``messages`` reach the stage (it counts inputs only)."""
+    with pytest.raises(MissingInputError) as e:
+        messages_from_json(None)
+    assert str(e.value) == "Input 'messages' is required. (parameter=messages)"
 
 
 def test_messages_json_is_parsed_with_a_named_error():

@@ -31,12 +31,13 @@ def http() -> TestClient:
         yield c
 
 
-def assert_openai_error(r, status: int) -> dict:
+def assert_openai_error(r, status: int, error_type: str) -> dict:
     assert r.status_code == status
     body = r.json()
     assert set(body) == {"error"}, body
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["code"] == status
+    assert body["error"]["type"] == error_type  # vLLM's: its error class, or FastAPI's status phrase
     return body["error"]
 
 
@@ -53,19 +54,27 @@ def test_one_models_card_is_the_listed_one(http):
 
 @pytest.mark.parametrize("model_id", ["gpt-4", "org/some-model"])
 def test_an_unknown_model_is_openais_404(http, model_id):
-    err = assert_openai_error(http.get(f"/v1/models/{model_id}"), 404)
+    err = assert_openai_error(http.get(f"/v1/models/{model_id}"), 404, "NotFoundError")
     assert err["message"] == f"The model `{model_id}` does not exist."
     assert err["param"] == "model"
 
 
 def test_fastapis_own_refusals_are_openai_shaped(http):
-    err = assert_openai_error(http.get("/v1/no-such-route"), 404)
+    err = assert_openai_error(http.get("/v1/no-such-route"), 404, "Not Found")
     assert err["message"] == "Not Found"
     r = http.get("/v1/chat/completions")
-    assert_openai_error(r, 405)
+    assert_openai_error(r, 405, "Method Not Allowed")
     assert r.headers["allow"] == "POST"
-    err = assert_openai_error(http.get("/typed/x"), 400)
+    err = assert_openai_error(http.get("/typed/x"), 400, "Bad Request")
     assert "n" in err["message"]
+
+
+def test_a_refused_field_is_vllms_bad_request_error(http):
+    err = assert_openai_error(
+        http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": -1}), 400, "BadRequestError"
+    )
+    assert err["message"] == "max_tokens must be at least 1, got -1. (parameter=max_tokens, value=-1)"
+    assert err["param"] == "max_tokens"
 
 
 def test_version_is_the_projects():
@@ -119,7 +128,7 @@ def test_a_fault_counts_as_a_500():
 
     app = create_app(CARD, "unused", connect=lambda: Broken(PIECES))
     with TestClient(app, raise_server_exceptions=False) as c:
-        assert_openai_error(c.post("/tokenize", json={"prompt": "Hi"}), 500)
+        assert_openai_error(c.post("/tokenize", json={"prompt": "Hi"}), 500, "InternalServerError")
         got = samples(c.get("/metrics").text)
     key = ("renderer_front_requests_total", (("endpoint", "/tokenize"), ("method", "POST"), ("status", "500")))
     assert got[key] == 1

@@ -123,7 +123,7 @@ def test_an_error_mid_stream_is_an_openai_error_event_naming_its_parameter():
     fake = FakeEnsembles([PIECES[0], FrontError("bad stop (parameter=stop)", 400, "stop")])
     events = _events(service(fake), {"messages": MESSAGES, "max_tokens": 4, "stream": True})
     assert events[-1] == {
-        "error": {"message": "bad stop (parameter=stop)", "type": "Bad Request", "param": "stop", "code": 400}
+        "error": {"message": "bad stop (parameter=stop)", "type": "BadRequestError", "param": "stop", "code": 400}
     }
     assert fake.closed_streams == 1
 

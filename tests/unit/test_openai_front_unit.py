@@ -60,25 +60,104 @@ def test_one_prompt_in_any_form(prompt, name):
 
 
 @pytest.mark.parametrize(
-    "body, status, message",
+    "body, status, error_type, message",
     [
-        ({"prompt": "a", "n": 3}, 400, "n must be 1"),
-        ({"prompt": "a", "model": "other"}, 404, "The model `other` does not exist."),
-        ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
-        ({"prompt": "a", "logit_bias": {"1": 2}}, 400, "logit_bias is not supported"),
-        ({"prompt": "a", "max_tokens": "ten"}, 400, "max_tokens must be an integer"),
-        ({"prompt": "a", "max_tokens": 10**30}, 400, "max_tokens must be at most 2147483647"),
-        ({"prompt": "a", "prompt_embeds": "AAAA"}, 400, "either prompt or prompt_embeds"),
-        ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "only be defined when `stream=True`"),
+        ({"prompt": "a", "n": 3}, 400, "BadRequestError", "n must be 1"),
+        (
+            {"prompt": "a", "model": "other"},
+            404,
+            "NotFoundError",
+            "The model `other` does not exist. Valid aliases: m.",
+        ),
+        ({"prompt": ["a", "b"]}, 400, "BadRequestError", "one prompt per request"),
+        ({"prompt": "a", "logit_bias": {"1": 2}}, 400, "BadRequestError", "logit_bias is not supported"),
+        ({"prompt": "a", "prompt_embeds": "AAAA"}, 400, "BadRequestError", "either prompt or prompt_embeds"),
+        # vLLM's request-model refusal (pydantic's words): the status phrase as type, the location as param.
+        ({"prompt": "a", "max_tokens": "ten"}, 400, "Bad Request", "Input should be a valid integer"),
     ],
 )
-def test_refusals(body, status, message):
+def test_refusals(body, status, error_type, message):
     with pytest.raises(FrontRequestError) as e:
         generation_plan(body, CARD, chat=False)
     assert e.value.status == status and message in e.value.message
     answer = FrontError.of(e.value)  # as the router answers it: the field named beside the text
     assert (answer.status, answer.message, answer.param) == (status, str(e.value), e.value.parameter)
+    assert answer.error_type == error_type
     assert answer.param is not None and "(parameter=" not in answer.message
+
+
+@pytest.mark.parametrize(
+    "body, param, message",
+    [
+        # vLLM's own checks print the parameter after the message, as its VLLMValidationError does.
+        (
+            {"prompt": "a", "max_tokens": 10**30},
+            "max_tokens",
+            f"max_tokens={10**30} cannot be greater than max_model_len=2048. Please request fewer output tokens."
+            f" (parameter=max_tokens, value={10**30})",
+        ),
+        (
+            {"prompt": "a", "max_tokens": 0},
+            "max_tokens",
+            "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        ),
+        (
+            {"prompt": "a", "stream_options": {"include_usage": True}},
+            "stream_options",
+            "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+        ),
+        (
+            {"prompt": "a", "truncate_prompt_tokens": 2049},
+            "truncate_prompt_tokens",
+            "truncate_prompt_tokens=2049 cannot be greater than max_model_len = 2048. Please request a smaller"
+            " truncation size. (parameter=truncate_prompt_tokens, value=2049)",
+        ),
+        # vLLM's SamplingParams checks that name no parameter: param null.
+        ({"prompt": "a", "top_k": -2}, None, "top_k must be 0 (disable), or at least 1, got -2."),
+        ({"prompt": "a", "min_p": 1.5}, None, "min_p must be in [0, 1], got 1.5."),
+        ({"prompt": "a", "n": 0}, None, "n must be at least 1, got 0."),
+        ({"prompt": "a", "stop": ["x", ""]}, None, "stop cannot contain an empty string."),
+    ],
+)
+def test_vllms_value_refusals_are_its_words_before_any_stage(body, param, message):
+    with pytest.raises(RenderError) as e:
+        generation_plan(body, CARD, chat=False)
+    answer = FrontError.of(e.value)
+    assert (answer.status, answer.error_type, answer.param, answer.message) == (400, "BadRequestError", param, message)
+
+
+def test_request_model_refusals_are_pydantics_as_vllm_lists_them():
+    """A field of the wrong type: vLLM's FastAPI answer, pydantic's errors listed, the first's place as param."""
+    with pytest.raises(FrontRequestError) as e:
+        generation_plan({"messages": [], "temperature": "hot", "seed": 2**64}, CARD, chat=True)
+    answer = FrontError.of(e.value)
+    assert (answer.status, answer.error_type, answer.param) == (400, "Bad Request", "body.seed")
+    assert answer.message == (
+        "2 validation errors:\n"
+        "  {'type': 'less_than_equal', 'loc': 'body.seed', 'msg': 'Input should be less than or equal to"
+        " 9223372036854775807', 'input': '18446744073709551616', 'ctx': {'le': 9223372036854775807}}\n"
+        "  {'type': 'float_parsing', 'loc': 'body.temperature', 'msg': 'Input should be a valid number, unable to"
+        " parse string as a number', 'input': 'hot'}"
+    )
+
+
+def test_fields_are_forwarded_as_vllm_reads_them():
+    """pydantic's lax reading, as vLLM's: a numeric string is a number, true is the integer 1."""
+    plan = generation_plan({"prompt": "a", "temperature": "0.5", "max_tokens": True}, CARD, chat=False)
+    assert sp(plan)["temperature"] == 0.5 and plan.max_tokens == 1
+
+
+def test_a_stage_refusal_in_vllms_request_model_form_is_typed_and_located_as_vllms():
+    """The chat stage refuses bad messages with vLLM's own pydantic answer; its first location is
+    the param, and the type the status phrase, as vLLM's FastAPI handler answers it."""
+    message = (
+        "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages.0.role', 'msg': 'Field required',"
+        " 'input': '<dict of 1 items>'}"
+    )
+    e = FrontError(message, 400)
+    assert (e.error_type, e.param) == ("Bad Request", "body.messages.0.role")
+    assert (FrontError("x", 400).error_type, FrontError("x", 400).param) == ("BadRequestError", None)
+    assert FrontError(message, 500).error_type == "InternalServerError"  # only a refusal is read so
 
 
 class _Rpc(grpc.RpcError):
@@ -129,7 +208,24 @@ def test_triton_failures_map_to_the_right_status(error, status, message):
 
 
 def test_error_body_is_openais():
+    # Without a type: the status phrase, vLLM's type for FastAPI's own refusals.
     assert error_body("x", 400, "n") == {"error": {"message": "x", "type": "Bad Request", "param": "n", "code": 400}}
+    assert error_body("x", 404, None, "NotFoundError")["error"]["type"] == "NotFoundError"
+    assert error_body("x", 499)["error"]["type"] == "Client Closed Request"
+
+
+@pytest.mark.parametrize(
+    "status, error_type",
+    [
+        (400, "BadRequestError"),
+        (404, "NotFoundError"),
+        (500, "InternalServerError"),
+        (503, "ServiceUnavailableError"),
+        (413, "Request Entity Too Large"),
+    ],
+)
+def test_a_front_errors_type_is_vllms_for_its_status(status, error_type):
+    assert FrontError("x", status).error_type == error_type
 
 
 # --- the request body (openai_front/body.py) ---------------------------------------------
@@ -189,15 +285,16 @@ def test_body_valid_json_passes():
 
 
 @pytest.mark.parametrize(
-    "field, value, message",
+    "field, value, param, message",
     [
-        ("temperature", [1], "temperature must be a number, got list [1]."),
-        ("stop", 5, "stop must be a non-empty string or a list of them"),
-        ("top_p", 2.0, "top_p must be in (0, 1]"),
-        ("min_p", "x", "min_p must be a number, got 'x'."),
+        ("temperature", [1], "body.temperature", "'msg': 'Input should be a valid number'"),
+        ("stop", 5, "body.stop", "'msg': 'Input should be a valid string'"),
+        ("top_p", 2.0, "top_p", "top_p must be in (0, 1], got 2.0. (parameter=top_p, value=2.0)"),
+        ("min_p", "x", "body.min_p", "unable to parse string as a number"),
+        ("min_p", 1.5, None, "min_p must be in [0, 1], got 1.5."),
     ],
 )
-def test_render_endpoints_check_sampling_fields(field, value, message):
+def test_render_endpoints_check_sampling_fields(field, value, param, message):
     """A render request's sampling fields are checked as generation checks them (a wrong type was a
     500 from the render response's float())."""
     from openai_front.protocol import render_plan
@@ -205,5 +302,7 @@ def test_render_endpoints_check_sampling_fields(field, value, message):
     with pytest.raises(RenderError) as e:
         render_plan({"prompt": "hi", field: value}, CARD, chat=False)
     answer = FrontError.of(e.value)
-    assert answer.status == 400 and answer.param == field and message in answer.message
+    assert answer.status == 400 and answer.param == param and message in answer.message
     assert render_plan({"prompt": "hi", "temperature": 0.5, "stop": ["a"]}, CARD, chat=False)[1] is None
+    # A render echoes n (vLLM's render takes it); generation refuses it.
+    assert render_plan({"prompt": "hi", "n": 2}, CARD, chat=False)[2]["n"] == 2
