@@ -13,7 +13,10 @@ registry; what the edge stands in for (docs/RELIABILITY.md, "The edge"):
 - Slow clients: headers (and each part of a body) must come within ``edge_header_timeout_s``,
   and Triton only sees requests whose whole body has arrived.
 - Abandoned requests: when a client leaves, nginx closes its connection to Triton, which cancels
-  the request there (``proxy_ignore_client_abort off``).
+  the request there (``proxy_ignore_client_abort off``). Triton 2.51 cancels an ensemble only
+  between its steps, so gRPC streams (``ModelStreamInfer``) go to the front's proxy
+  (``openai_front/grpc_proxy.py``), which stops a leaving client's generations; the HTTP generate
+  endpoints go to the front too.
 
 The config is rendered from ``Settings`` into the build folder; nginx runs in the foreground as a
 child of the supervisor, which restarts it if it dies.
@@ -22,6 +25,7 @@ child of the supervisor, which restarts it if it dies.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -60,19 +64,34 @@ def with_inner_ports(s: Settings) -> Settings:
     """``s`` with ``inner_ports`` filled with free loopback ports where the edge runs."""
     if not s.edge or s.inner_ports:
         return s
-    socks = []
-    try:
-        for _ in range(4):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        ports = [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-    if not s.openai_port:
-        ports[3] = 0
+    ports = free_loopback_ports(5)
+    if not s.openai_port:  # no front: neither its HTTP port nor its gRPC proxy
+        ports[3] = ports[4] = 0
     return replace(s, inner_ports=",".join(map(str, ports)))
+
+
+def free_loopback_ports(n: int, lowest: int = 20000) -> list[int]:
+    """``n`` distinct loopback ports free now, drawn below the kernel's ephemeral range: a port the
+    kernel hands out for port 0 comes from that range, where any outgoing connection may take it
+    before tritonserver binds it (seen as "Socket already in use" while tests connected around)."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    top = ephemeral if ephemeral - lowest >= 1000 else 65536
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(lowest, top)
+        if port in ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
 
 
 def edge_dir(s: Settings) -> Path:
@@ -81,7 +100,7 @@ def edge_dir(s: Settings) -> Path:
 
 def _listen(s: Settings, port: int, extra: str = "") -> str:
     host = "[::]" if s.host == "::" else s.host
-    return f"listen {host}:{port}{extra} reuseport backlog=4096;"
+    return f"listen {host}:{port}{extra} backlog=4096;"
 
 
 def _http_error(status: int, message: str, openai: bool) -> str:
@@ -143,6 +162,10 @@ def render_config(s: Settings) -> str:
         location @unavailable {{ {_http_error(503, unavailable, openai)} }}
     }}""")
     front_upstream = f"upstream front {{ server 127.0.0.1:{inner.front}; keepalive 64; }}" if s.openai_port else ""
+    # The front's proxy takes the gRPC streams (it stops the generations of a client that leaves).
+    stream_upstream = "front_grpc" if s.openai_port and inner.front_grpc else "triton_grpc"
+    if stream_upstream == "front_grpc":
+        front_upstream += f"\n    upstream front_grpc {{ server 127.0.0.1:{inner.front_grpc}; keepalive 64; }}"
     return f"""# Rendered by launcher/edge.py from the launcher's settings; edits are overwritten.
 {user}
 worker_processes 1;
@@ -196,7 +219,7 @@ http {{
             grpc_send_timeout {upstream_s}s;
         }}
         location = {STREAM_METHOD} {{
-            grpc_pass grpc://triton_grpc;
+            grpc_pass grpc://{stream_upstream};
             grpc_set_header triton_grpc_error "";
             client_max_body_size 0;
             # A stream's client sends nothing while it waits for its answers.

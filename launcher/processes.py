@@ -123,6 +123,9 @@ def start_front(s: Settings, follow_pid: int) -> subprocess.Popen | None:
         str(s.max_input_bytes),
         "--server-pid",
         str(follow_pid),
+        # The gRPC streams' proxy the edge routes ModelStreamInfer to (0: none, without the edge).
+        "--grpc-port",
+        str(s.inner.front_grpc),
     ]
     if s.served_model_name:
         cmd += ["--served-model-name", s.served_model_name]

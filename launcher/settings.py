@@ -84,6 +84,10 @@ class InnerPorts:
     """tritonserver's metrics port."""
     front: int
     """The OpenAI-compatible front's port (0: no front)."""
+    front_grpc: int
+    """The front's gRPC proxy for ``ModelStreamInfer`` (``openai_front/grpc_proxy.py``), which the
+    edge sends gRPC streams to, so that a client that leaves stops its generations (0: no proxy,
+    the streams go to tritonserver; always without the edge, which alone can route one method)."""
 
 
 @dataclass(frozen=True)
@@ -148,8 +152,9 @@ class Settings:
     """Largest request body the edge passes on, per HTTP request or gRPC call (a gRPC stream: per
     message, as Triton reads it); 0: ``max_input_bytes`` plus 1 MiB for the rest of a request."""
     inner_ports: str = ""
-    """The loopback ports behind the edge: tritonserver's HTTP, gRPC and metrics, and the front's,
-    comma-separated; empty: free ones, picked when the server starts."""
+    """The loopback ports behind the edge: tritonserver's HTTP, gRPC and metrics, the front's HTTP
+    and its gRPC stream proxy (0 for both without the front), comma-separated; empty: free ones,
+    picked when the server starts."""
     served_model_name: str = ""
     """The model id the HTTP front serves (``/v1/models``); empty: the model folder's name."""
     tokenize_instances: int = 0
@@ -322,10 +327,13 @@ class Settings:
         """Where tritonserver and the front listen: behind the edge, the loopback ports of
         ``inner_ports``; without it, the ports clients reach."""
         if not self.edge:
-            return InnerPorts(self.host, self.http_port, self.grpc_port, self.metrics_port, self.openai_port)
+            return InnerPorts(self.host, self.http_port, self.grpc_port, self.metrics_port, self.openai_port, 0)
         ports = [int(p) for p in self.inner_ports.split(",") if p.strip()]
-        if len(ports) != 4:
-            raise ValueError(f"INNER_PORTS must name 4 ports (HTTP, gRPC, metrics, front), got {self.inner_ports!r}")
+        if len(ports) != 5:
+            raise ValueError(
+                "INNER_PORTS must name 5 ports (HTTP, gRPC, metrics, front, front's gRPC proxy), "
+                f"got {self.inner_ports!r}"
+            )
         return InnerPorts("127.0.0.1", *ports)
 
     @property

@@ -1,7 +1,9 @@
 """``python -m openai_front --port 9000 --triton 127.0.0.1:8001 --model-dir DIR``
 
 The launcher starts it beside tritonserver (``OPENAI_PORT``; 0 turns it off) and stops it with
-the server; ``--server-pid`` makes it exit when that server does.
+the server; ``--server-pid`` makes it exit when that server does. ``--grpc-port`` serves, beside it
+in the same process, the gRPC proxy for ``ModelStreamInfer`` that the edge sends streams to
+(``grpc_proxy.py``: a stream's client that leaves stops its generations).
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ import argparse
 import asyncio
 import os
 import sys
+
+# How long streams still running when the front stops may go on; then they are cancelled (and
+# their generations stopped), within the launcher's wait for the front to end.
+PROXY_GRACE_S = 2.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-model-len", type=int, default=0)
     ap.add_argument("--max-body-bytes", type=int, default=0, help="largest request body (default 64 MiB)")
     ap.add_argument("--server-pid", type=int, default=0, help="exit when this process does")
+    ap.add_argument(
+        "--grpc-port", type=int, default=0, help="serve the ModelStreamInfer proxy on this port (0: no proxy)"
+    )
     a = ap.parse_args(argv)
 
     import uvicorn
@@ -35,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level="warning", access_log=False))
 
     async def run() -> None:
+        proxy = None
+        if a.grpc_port:
+            from .grpc_proxy import GrpcProxy
+
+            proxy = GrpcProxy(a.triton, a.host, a.grpc_port)
+            await proxy.start()  # before the HTTP app: a port it cannot bind ends the front at once
+
         async def follow_server() -> None:
             while a.server_pid:
                 try:
@@ -45,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
                 await asyncio.sleep(1)
 
         watcher = asyncio.ensure_future(follow_server())
-        await server.serve()
-        watcher.cancel()
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()
+            if proxy is not None:
+                await proxy.stop(PROXY_GRACE_S)
 
     asyncio.run(run())
     return 0

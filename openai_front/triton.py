@@ -25,6 +25,13 @@ import numpy as np
 from .protocol import FrontError
 
 POST_PROCESSOR = "detokenize"  # the step of the chat and completion ensembles that drives the engine
+# Every step that drives an engine for a whole generation (``encoder_decoder_completion``'s has its
+# own config), with the inputs its config requires of a stop beyond the four of ``_stop``: Triton
+# refuses a request that lacks one before the step sees ``stop``.
+POST_PROCESSORS: dict[str, tuple[str, ...]] = {
+    POST_PROCESSOR: (),
+    "detokenize_enc_dec": ("decoder_input_ids", "decoder_input_lengths"),
+}
 # A gRPC status code as an HTTP status; any other code is a 500.
 GRPC_STATUS = {
     "StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST,
@@ -291,12 +298,7 @@ class Ensembles:
         finally:
             stream.cancel()
             if not finished:
-                # Triton cancels an ensemble only between its steps; the post-processor, which runs
-                # for all of a generation, takes TensorRT-LLM's stop by request id. A task of its
-                # own: this one may be cancelled (the HTTP client went away), and would cancel it.
-                task = asyncio.get_running_loop().create_task(self._stop(rid))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
+                self.stop(rid)
 
     async def model_interface(self, model: str, version: str = "") -> ModelInterface:
         """A model's inputs and kind, from its metadata and config; a client's unknown model is
@@ -364,21 +366,39 @@ class Ensembles:
         finally:
             call.cancel()
             if not finished and stop_post_processor:
-                task = asyncio.get_running_loop().create_task(self._stop(rid))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
+                self.stop(rid)
 
-    async def _stop(self, rid: str) -> None:
+    @property
+    def stub(self) -> Any:
+        """The generated gRPC stub on this client's channel, for the calls tritonclient wraps in a
+        way that loses what a caller needs (the gRPC proxy's pass-through of whole messages)."""
+        return self._client._client_stub
+
+    def stop(self, rid: str, post_processor: str = POST_PROCESSOR) -> asyncio.Task:
+        """TensorRT-LLM's stop for the generation request ``rid``, sent in a task of its own (done
+        when ``post_processor`` answered it, or the request had ended).
+
+        Triton cancels an ensemble only between its steps; the post-processor, which runs for all
+        of a generation, takes the stop by request id. A task of its own: the caller may be being
+        cancelled (its client went away), which would cancel the stop with it."""
+        task = asyncio.get_running_loop().create_task(self._stop(rid, post_processor))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        return task
+
+    async def _stop(self, rid: str, post_processor: str) -> None:
         tensors = {
             "stop": np.array([[True]]),
             "input_ids": np.zeros((1, 1), np.int32),
             "input_lengths": np.ones((1, 1), np.int32),
             "request_output_len": np.ones((1, 1), np.int32),
         }
+        for name in POST_PROCESSORS.get(post_processor, ()):  # placeholders: a stop reads none of them
+            tensors[name] = np.zeros((1, 1), np.int32) if name.endswith("_ids") else np.ones((1, 1), np.int32)
         inputs = self._inputs(tensors)
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield {"model_name": POST_PROCESSOR, "inputs": inputs, "request_id": rid}
+            yield {"model_name": post_processor, "inputs": inputs, "request_id": rid}
 
         try:
             async for _ in self._client.stream_infer(requests()):

@@ -1,7 +1,10 @@
-"""Abandoned generation requests free the engine, on the gRPC port and through the OpenAI front:
-50 long generations whose clients leave, then a short request is answered within 2x its latency
-at rest (the stand-in engine serves one request at a time, so a request left running is seen by
-the next). Triton's HTTP ``generate`` endpoints: tests/live/test_front_generate_live.py."""
+"""Abandoned generation requests free the engine, on the gRPC port (through the front's stream
+proxy, ``openai_front/grpc_proxy.py``) and through the OpenAI front: 20 long generations whose
+clients leave, then a short request is answered long before even one of them could have run on
+(the stand-in engine serves one request at a time, so a request left running is seen by the
+next). Each stopped request still costs the next one about 0.13 s here (docs/RELIABILITY.md,
+"The edge"), so the bound is the latency at rest plus that per request, not 2x the latency at
+rest. Triton's HTTP ``generate`` endpoints: tests/live/test_front_generate_live.py."""
 
 from __future__ import annotations
 
@@ -15,9 +18,14 @@ import pytest
 
 pytestmark = pytest.mark.live
 
-ABANDONED = 50
-LONG = {"max_tokens": 200, "ignore_eos": True, "temperature": 1.0}
-SLACK_S = 0.3  # one engine step and the cancellation's round trip
+ABANDONED = 20
+LONG = {"max_tokens": 200, "ignore_eos": True, "temperature": 1.0}  # about 14 s each, run on
+PER_ABANDONED_S = 0.25  # what a stopped request still costs the next one (measured: about 0.13 s)
+SLACK_S = 1.0
+
+
+def _bound(rest: float) -> float:
+    return rest + ABANDONED * PER_ABANDONED_S + SLACK_S
 
 
 def _short_grpc(url: str) -> float:
@@ -63,7 +71,7 @@ def test_abandoned_grpc_streams_free_the_engine(server):
         client.stop_stream(cancel_requests=True)  # the client leaves
         client.close()
     after = _short_grpc(url)
-    assert after <= 2 * rest + SLACK_S, f"{after:.2f} s after the abandoned streams, {rest:.2f} s at rest"
+    assert after <= _bound(rest), f"{after:.2f} s after the abandoned streams, {rest:.2f} s at rest"
     assert launch.running_pid(server) == pid
 
 
@@ -96,5 +104,5 @@ def test_abandoned_front_requests_free_the_engine(server):
         conn.close()
     status, raw, after = _front(port, small)
     assert status == 200, raw
-    assert after <= 2 * rest + SLACK_S, f"{after:.2f} s after the abandoned requests, {rest:.2f} s at rest"
+    assert after <= _bound(rest), f"{after:.2f} s after the abandoned requests, {rest:.2f} s at rest"
     assert launch.running_pid(server) == pid

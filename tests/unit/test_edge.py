@@ -30,8 +30,8 @@ def _server_block(conf: str, port: int) -> str:
 def test_inner_ports_are_distinct_free_loopback_ports(tmp_path):
     s = _settings(tmp_path)
     inner = s.inner
-    ports = [inner.http, inner.grpc, inner.metrics, inner.front]
-    assert inner.host == "127.0.0.1" and len(set(ports)) == 4 and all(ports)
+    ports = [inner.http, inner.grpc, inner.metrics, inner.front, inner.front_grpc]
+    assert inner.host == "127.0.0.1" and len(set(ports)) == 5 and all(ports)
     assert not {s.http_port, s.grpc_port, s.metrics_port, s.openai_port} & set(ports)
     assert s.triton_http_url == f"http://127.0.0.1:{inner.http}"
     # Resolved once: a second call keeps them (the supervisor restarts tritonserver on the same ports).
@@ -42,20 +42,46 @@ def test_without_the_edge_the_servers_bind_the_client_ports(tmp_path):
     s = replace(Settings(build_dir=str(tmp_path / "b")), edge=False, host="0.0.0.0")
     assert edge.with_inner_ports(s) is s
     assert (s.inner.host, s.inner.http, s.inner.grpc, s.inner.front) == ("0.0.0.0", 8000, 8001, 9000)
+    assert s.inner.front_grpc == 0  # only the edge can send one gRPC method to the proxy
+
+
+def test_inner_ports_name_five_ports(tmp_path):
+    s = replace(Settings(build_dir=str(tmp_path / "b")), inner_ports="1001,1002,1003,1004")
+    with pytest.raises(ValueError, match="5 ports"):
+        s.inner
+    assert replace(s, inner_ports="1001,1002,1003,1004,1005").inner.front_grpc == 1005
 
 
 def test_no_front_no_front_port(tmp_path):
     s = _settings(tmp_path, openai_port=0)
-    assert s.inner.front == 0
+    assert s.inner.front == 0 and s.inner.front_grpc == 0
     conf = edge.render_config(s)
     assert "upstream front" not in conf and f"location ~ {edge.GENERATE_PATHS}" not in conf
+    # Without the front, streams go to tritonserver as every other gRPC method does.
+    assert "grpc_pass grpc://triton_grpc;" in _stream_location(conf)
+
+
+def _stream_location(conf: str) -> str:
+    return re.search(r"location = /inference.GRPCInferenceService/ModelStreamInfer \{[^}]*\}", conf).group(0)
+
+
+def test_grpc_streams_go_to_the_fronts_proxy(tmp_path):
+    s = _settings(tmp_path)
+    conf = edge.render_config(s)
+    assert f"upstream front_grpc {{ server 127.0.0.1:{s.inner.front_grpc}; keepalive 64; }}" in conf
+    grpc = _server_block(conf, s.grpc_port)
+    stream = _stream_location(grpc)
+    assert "grpc_pass grpc://front_grpc;" in stream
+    # Only the streams: unary calls (ModelInfer, metadata, health) go to tritonserver as before.
+    root = grpc[grpc.index("location / {") :].split("}")[0]
+    assert "grpc_pass grpc://triton_grpc;" in root
 
 
 def test_grpc_drops_triton_grpc_error_on_every_method(tmp_path):
     s = _settings(tmp_path)
     grpc = _server_block(edge.render_config(s), s.grpc_port)
     assert " http2 " in grpc.split("\n")[0] + " "
-    passes = grpc.count("grpc_pass grpc://triton_grpc;")
+    passes = grpc.count("grpc_pass ")
     assert passes == 2 and grpc.count('grpc_set_header triton_grpc_error "";') == passes
     # And nginx's default, which drops every header with an underscore, is kept explicitly.
     assert "ignore_invalid_headers on;" in edge.render_config(s)
@@ -70,7 +96,7 @@ def test_bodies_headers_and_answers_are_bounded(tmp_path):
     assert "keepalive_timeout 600s;" in conf
     assert "proxy_read_timeout 90s;" in conf and "grpc_read_timeout 90s;" in conf
     # The only unbounded body is a gRPC stream's (many requests); Triton's stubs bound each input.
-    stream = re.search(r"location = /inference.GRPCInferenceService/ModelStreamInfer \{[^}]*\}", conf).group(0)
+    stream = _stream_location(conf)
     assert "client_max_body_size 0;" in stream
     # A stream's client is silent while its answers come: only the answer's own timeout applies.
     assert "client_body_timeout 90s;" in stream
@@ -121,3 +147,13 @@ def test_nginx_loads_the_config(tmp_path):
             text=True,
         )
         assert check.returncode == 0, check.stderr
+
+
+def test_inner_ports_come_from_below_the_ephemeral_range():
+    """Ports the kernel hands out to outgoing connections are not picked: one could be taken
+    between the pick and tritonserver's bind."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    ports = edge.free_loopback_ports(50)
+    assert len(set(ports)) == 50
+    if low - 20000 >= 1000:
+        assert all(20000 <= p < low for p in ports)

@@ -87,6 +87,11 @@ class TritonPythonModel:
             request, sender, req, cancel = item
             outbox = ResponseOutbox(sender, f"{self.name}-send", FINAL)
             try:
+                if cancel.is_set() or request.is_cancelled():
+                    # Stopped while it queued (its client left): no prefill, no step. Each such
+                    # request cost the requests behind it one engine step and its prompt's prefill.
+                    outbox.send(flags=FINAL)
+                    continue
                 self._generate(request, outbox, req, cancel)
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
                 outbox.send(io.error_response(e, self.name), flags=FINAL)
