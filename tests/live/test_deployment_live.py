@@ -101,7 +101,13 @@ def test_entrypoint_supervises_tritonserver_with_the_configmap_settings(containe
     exe = os.readlink(f"/proc/{server_pid}/exe")
     assert exe.endswith("/tritonserver"), exe
     cmdline = Path(f"/proc/{server_pid}/cmdline").read_bytes().split(b"\0")
-    assert b"--http-port=19000" in cmdline and b"--grpc-port=19001" in cmdline
+    # The ConfigMap's ports are the edge's; tritonserver listens behind it on the loopback.
+    assert b"--http-address=127.0.0.1" in cmdline and b"--grpc-address=127.0.0.1" in cmdline
+    assert b"--http-port=19000" not in cmdline
+    from launcher.edge import edge_dir
+
+    edge_conf = (edge_dir(settings) / "nginx.conf").read_text()
+    assert f"listen {settings.host}:19000 " in edge_conf and f"listen {settings.host}:19001 http2 " in edge_conf
     assert f"--model-repository={settings.repository}".encode() in cmdline
     tokenize_cfg = (settings.repository / "tokenize" / "config.pbtxt").read_text()
     assert f"max_batch_size: {settings.max_batch_size}" in tokenize_cfg
