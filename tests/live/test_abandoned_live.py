@@ -71,6 +71,7 @@ def test_abandoned_grpc_streams_free_the_engine(server):
         client.stop_stream(cancel_requests=True)  # the client leaves
         client.close()
     after = _short_grpc(url)
+    print(f"\ngRPC: {after:.2f} s after {ABANDONED} abandoned, {rest:.2f} s at rest")
     assert after <= _bound(rest), f"{after:.2f} s after the abandoned streams, {rest:.2f} s at rest"
     assert launch.running_pid(server) == pid
 
@@ -103,6 +104,7 @@ def test_abandoned_front_requests_free_the_engine(server):
     for conn in conns:  # every client leaves, streamed or not
         conn.close()
     status, raw, after = _front(port, small)
+    print(f"\nfront: {after:.2f} s after {ABANDONED} abandoned, {rest:.2f} s at rest")
     assert status == 200, raw
     assert after <= _bound(rest), f"{after:.2f} s after the abandoned requests, {rest:.2f} s at rest"
     assert launch.running_pid(server) == pid

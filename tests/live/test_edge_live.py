@@ -118,6 +118,7 @@ def test_oversized_requests_are_refused_by_name_and_memory_levels_off(server):
                         want = f"Input '{name}' is {size} bytes, more than the limit of {limit} bytes."
                     assert code in answer and want in answer, (protocol, model, size, answer)
                 marks.append(_tree_pss_mb(root))
+    print(f"\nserver PSS before, after 50 and after 100 refused requests: {marks} MB")
     assert valid.errors == [] and len(valid.latencies) > 20
     assert launch.running_pid(server) == pid
     assert marks[2] - marks[1] < 50, f"memory still growing over the second fifty: {marks} MB"
