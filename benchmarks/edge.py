@@ -10,6 +10,7 @@ Part of ``make bench`` (its report's "What the edge costs").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -107,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
-    print(json.dumps(run(a.rounds, a.quick), indent=1))
+    with contextlib.redirect_stdout(sys.stderr):  # the launcher's lines; stdout is the JSON alone
+        res = run(a.rounds, a.quick)
+    print(json.dumps(res, indent=1))
     return 0
 
 
