@@ -44,6 +44,9 @@ DECOUPLED = (
     "model $infer_model streams its responses: send it to /v2/models/$infer_model/generate_stream"
     " or over a gRPC stream (ModelStreamInfer), not to /infer"
 )
+# Where the front names the client's error in an /infer request Triton answered with a 500
+# (openai_front/infer_check.py); the edge alone sends requests there.
+INFER_CHECK_PATH = "/_edge/infer_check"
 # The gRPC method whose one call carries many requests: its body limit is per stream, not per
 # request, so it is left to the per-message limit Triton's stubs apply (``max_input_bytes``).
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -106,7 +109,7 @@ def _listen(s: Settings, port: int, extra: str = "") -> str:
 def _http_error(status: int, message: str, openai: bool) -> str:
     """An error answered by the edge itself, in the form the port's clients parse."""
     if openai:
-        kind = {413: "BadRequestError"}.get(status, "ServiceUnavailableError")
+        kind = {413: "BadRequestError", 404: "NotFoundError"}.get(status, "ServiceUnavailableError")
         body = f'{{"error": {{"message": "{message}", "type": "{kind}", "param": null, "code": {status}}}}}'
     else:
         body = f'{{"error": "{message}"}}'
@@ -128,6 +131,21 @@ def render_config(s: Settings) -> str:
         if not port:
             continue
         generate = ""
+        # Triton answers a 500 to an /infer body its JSON reader fails on: the request goes once
+        # more, to the front, which names the client's error (a 400) or says it was the server's.
+        infer_500 = "\n            error_page 500 = @infer_check;" if s.openai_port else ""
+        infer_check = (
+            f"""
+        location @infer_check {{
+            rewrite ^ {INFER_CHECK_PATH} break;
+            proxy_pass http://front;
+        }}"""
+            if s.openai_port
+            else ""
+        )
+        if upstream == "front":  # the check is the edge's alone
+            generate = f"""
+        location = {INFER_CHECK_PATH} {{ {_http_error(404, "Not Found", openai)} }}"""
         if upstream == "triton_http":
             # Triton answers /infer on a decoupled model with a 501: the client's error, said as one.
             generate = f"""
@@ -138,9 +156,9 @@ def render_config(s: Settings) -> str:
             proxy_intercept_errors on;
             error_page 413 = @too_large;
             error_page 502 = @unavailable;
-            error_page 501 = @decoupled;
+            error_page 501 = @decoupled;{infer_500}
         }}
-        location @decoupled {{ {_http_error(400, DECOUPLED, openai)} }}"""
+        location @decoupled {{ {_http_error(400, DECOUPLED, openai)} }}{infer_check}"""
         if upstream == "triton_http" and s.openai_port:
             generate += f"""
         location ~ {GENERATE_PATHS} {{

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from launcher.edge import INFER_CHECK_PATH
 from launcher.server import server_env
 from launcher.settings import ROOT, Settings
 from launcher.watchdog import alive, server_ready
@@ -129,6 +130,8 @@ def start_front(s: Settings, follow_pid: int) -> subprocess.Popen | None:
     ]
     if s.served_model_name:
         cmd += ["--served-model-name", s.served_model_name]
+    if s.edge:
+        cmd += ["--infer-check-path", INFER_CHECK_PATH]
     with open(s.build / "openai_front.log", "ab") as log:
         proc = subprocess.Popen(
             cmd, env=server_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT)

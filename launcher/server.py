@@ -11,7 +11,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from launcher.repository import models_to_load
+from launcher.repository import BLS_CALLEES, GENERATION_ENSEMBLES, models_to_load
 from launcher.settings import ROOT, Settings, gpu_visible
 from launcher.watchdog import TOKEN_HEADER
 
@@ -59,6 +59,20 @@ def check_stub_runs(stub: Path) -> None:
 
 MMAP_THRESHOLD_BYTES = 256 * 1024
 GRPC_POOL_SIZE = 1
+# The Python backend's threads per model instance where generations run: 50 generations left at
+# once (each waiting for the engine's first response) stalled every stop behind Triton's 32, for
+# minutes; each thread costs tritonserver about 17 KB.
+GENERATION_THREAD_POOL_SIZE = 128
+TRITON_THREAD_POOL_SIZE = 32
+
+
+def python_thread_pool_size(s: Settings) -> int:
+    """``PYTHON_THREAD_POOL_SIZE``, or the default for what the server loads."""
+    if s.python_thread_pool_size > 0:
+        return s.python_thread_pool_size
+    loaded = models_to_load(s)
+    generates = loaded == ["*"] or any(m in GENERATION_ENSEMBLES or m in BLS_CALLEES for m in loaded)
+    return GENERATION_THREAD_POOL_SIZE if generates else TRITON_THREAD_POOL_SIZE
 
 
 def server_env(s: Settings | None = None) -> dict[str, str]:
@@ -117,6 +131,7 @@ def server_command(s: Settings, watchdog_token: str, binary: str | Path | None =
         # Triton's 8, a server that refused oversized gRPC requests kept up to 8 request bodies.
         f"--grpc-infer-allocation-pool-size={GRPC_POOL_SIZE}",
         f"--backend-config=python,shm-region-prefix-name={s.shm_prefix}",
+        f"--backend-config=python,thread-pool-size={python_thread_pool_size(s)}",
     ]
     # Explicit mode, so the watchdog can reload a model whose stub died; only the watchdog
     # holds the token the repository API asks for. Loading an ensemble loads its steps.

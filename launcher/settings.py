@@ -182,6 +182,12 @@ class Settings:
     """vLLM engine on CPU: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``)."""
     max_batch_size: int = 64
     """Largest dynamic batch of the batching stage models."""
+    python_thread_pool_size: int = 0
+    """Threads per Python-backend model instance for its BLS calls and decoupled responses
+    (Triton's ``thread-pool-size``); 0: 128 where a generation model loads, Triton's 32 otherwise.
+    Each generation that waits for the engine's first response holds one in ``detokenize``, and
+    stopping a generation needs one free: with more generations than this waiting at once, the
+    stops of abandoned ones wait for a running generation to end (docs/RELIABILITY.md)."""
     max_queue_delay_us: int = 0
     """How long the dynamic batcher waits to fill a batch."""
     mm_instance_kind: str = "auto"

@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--grpc-port", type=int, default=0, help="serve the ModelStreamInfer proxy on this port (0: no proxy)"
     )
+    ap.add_argument(
+        "--infer-check-path", default="", help="the route the edge sends /infer requests Triton answered 500 to"
+    )
     a = ap.parse_args(argv)
 
     import uvicorn
@@ -40,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     from .protocol import ModelCard
 
     card = ModelCard.from_model_dir(a.model_dir, a.served_model_name, a.max_model_len)
-    app = create_app(card, a.triton, a.model_dir, a.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    app = create_app(
+        card, a.triton, a.model_dir, a.max_body_bytes or DEFAULT_MAX_BODY_BYTES, infer_check_path=a.infer_check_path
+    )
     server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level="warning", access_log=False))
 
     async def run() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +26,7 @@ from renderer.errors import RenderError
 
 from . import responses as out
 from .body import DEFAULT_MAX_BODY_BYTES, read_body
+from .infer_check import HEADER_LENGTH, diagnose
 from .generate import GenerateError, GenerateFaultError, GenerateService, MethodNotAllowedError, read_raw
 from .metrics import FrontMetrics, MetricsMiddleware
 from .protocol import FrontError, ModelCard, vllm_error_type
@@ -50,9 +51,11 @@ def create_app(
     model_dir: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     connect: Callable[[], EnsemblesClient] | None = None,
+    infer_check_path: str = "",
 ) -> FastAPI:
     """The front's app over the Triton server at ``triton_url`` (``connect`` replaces the gRPC
-    client, for a fake of the ensembles)."""
+    client, for a fake of the ensembles); ``infer_check_path``, where given, is the route the edge
+    sends the /infer requests Triton answered with a 500 to (``infer_check.py``)."""
     if connect is None:
 
         def connect() -> EnsemblesClient:
@@ -125,10 +128,9 @@ def create_app(
         if not plan.stream:
             return JSONResponse(await until_disconnected(request, service.whole(plan, pieces)))
         # The first piece before any byte is sent: a request the ensembles refuse gets its status.
-        try:
-            first = await pieces.__anext__()
-        except StopAsyncIteration:
-            first = None
+        # Its wait is watched too: a generation queued behind others sends nothing for a while, and
+        # its client may leave meanwhile (closing ``pieces`` then stops it before it ever starts).
+        first = await until_disconnected(request, first_piece(pieces))
         return StreamingResponse(service.events(plan, first, pieces), media_type="text/event-stream")
 
     triton_generator = GenerateService(lambda: service.ensembles)
@@ -148,6 +150,17 @@ def create_app(
             raise  # no one reads the answer
         except Exception as e:  # noqa: BLE001 - a bug of the front: a 500, in Triton's shape too
             return GenerateFaultError(e).response()
+
+    async def infer_check(request: Request) -> Response:
+        """Why Triton refused an /infer request with a 500 (the edge sends only those here)."""
+        try:
+            raw = await read_raw(request.stream(), request.headers.get("content-length"), max_body_bytes)
+        except GenerateError as e:
+            return e.response()
+        return diagnose(raw, request.headers.get(HEADER_LENGTH)).response()
+
+    if infer_check_path:
+        app.add_api_route(infer_check_path, infer_check, methods=["POST"])
 
     @app.api_route("/v2/models/{model}/generate", methods=GENERATE_METHODS)
     async def generate_triton(request: Request, model: str) -> Response:
@@ -204,6 +217,17 @@ async def fault(_: Request, e: Exception) -> JSONResponse:
     return JSONResponse(
         out.error_body(msg, HTTPStatus.INTERNAL_SERVER_ERROR, error_type=vllm_error_type(500)), status_code=500
     )
+
+
+async def first_piece(pieces: AsyncIterator[Any]) -> Any:
+    """The first of ``pieces``, None if there is none; closes ``pieces`` if cancelled meanwhile."""
+    try:
+        return await pieces.__anext__()
+    except StopAsyncIteration:
+        return None
+    except asyncio.CancelledError:
+        await pieces.aclose()
+        raise
 
 
 async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:

@@ -6,8 +6,8 @@ Triton 2.51's own endpoint on its loopback HTTP port as the oracle:
   body or server-sent events;
 - the requests Triton answers 500 (or 200 with an error body) are 4xx in Triton's error shape,
   naming what was sent;
-- abandoned requests (the client closes its socket) are cancelled: the engine is free again long
-  before they could have run to ``max_tokens``, and tritonserver is still the same process.
+- tritonserver is still the same process (abandoned requests on these endpoints:
+  tests/live/test_abandoned_live.py).
 
 Each runs against the front's own port and, once the edge routes generate to the front, against the
 edge (``server.http_port``); until then the edge's case is skipped, saying so.
@@ -18,8 +18,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +29,6 @@ pytestmark = pytest.mark.live
 GREEDY = json.dumps({"temperature": 0})
 MESSAGES = json.dumps([{"role": "user", "content": "What is the capital of France?"}])
 SHORT = {"prompt": "The capital of France is", "max_tokens": 3, "sampling_params": GREEDY}
-# Long enough that an abandoned request left running would hold the engine for many seconds.
-LONG = {"prompt": "Once upon a time", "max_tokens": 200, "sampling_params": json.dumps({"ignore_eos": True})}
-ABANDONED = 20
 
 
 @dataclass(frozen=True)
@@ -247,49 +242,6 @@ def test_a_wrong_method_is_a_405_in_tritons_shape(target):
 
 
 # --- cancellation -----------------------------------------------------------------------------------
-
-
-def short_latency(port: int) -> float:
-    started = time.monotonic()
-    status, _, data = call(port, G, SHORT)
-    assert status == 200, data
-    return time.monotonic() - started
-
-
-def abandon(port: int, path: str, body: dict, after_s: float) -> None:
-    """Send ``body`` and close the socket ``after_s`` later, reading nothing."""
-    data = json.dumps(body).encode()
-    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(head.encode() + b"\r\n\r\n" + data)
-        time.sleep(after_s)
-
-
-@pytest.mark.parametrize("path", [G, G + "_stream"])
-def test_abandoned_requests_are_cancelled(target, path, server_pid, server):
-    at_rest = sorted(short_latency(target) for _ in range(5))[2]
-    body = LONG | {"stream": path.endswith("_stream")}
-    clients = [threading.Thread(target=abandon, args=(target, path, body, 0.3)) for _ in range(ABANDONED)]
-    for t in clients:
-        t.start()
-    for t in clients:
-        t.join()
-    left = time.monotonic()
-    # The pipeline still spends a moment on each cancelled request (about one short request's
-    # time: tests/live/test_front_availability_live.py sees the same through /v1/completions), so
-    # the engine is polled until a short request is served as fast as at rest. Left running, the
-    # 20 abandoned requests would hold it for some 1,000 short requests' time (200 tokens each).
-    deadline = left + max(40 * at_rest, 5.0)
-    latencies = []
-    while True:
-        latencies.append(short_latency(target))
-        if latencies[-1] <= 2 * at_rest:
-            break
-        assert time.monotonic() < deadline, (
-            f"the engine was still busy {time.monotonic() - left:.1f} s after {ABANDONED} clients left "
-            f"(short request at rest {at_rest:.2f} s, since: {[round(x, 2) for x in latencies]})"
-        )
-    assert int(server.pid_file.read_text().strip()) == server_pid
 
 
 def test_tritonserver_is_still_the_same_process(server, server_pid, ports):

@@ -129,11 +129,46 @@ def test_infer_on_a_decoupled_model_is_the_clients_error(tmp_path):
     s = _settings(tmp_path)
     http = _server_block(edge.render_config(s), s.http_port)
     block = http[http.index(f"location ~ {edge.INFER_PATHS}") :].split("}")[0]
-    # Only Triton's 501 is replaced (its other answers keep their words), by a 400 naming the model.
+    # Triton's 501 is replaced by a 400 naming the model; its 4xx answers keep their words.
     assert "proxy_intercept_errors on;" in block and "error_page 501 = @decoupled;" in block
-    assert "error_page 500" not in block and "error_page 400" not in block
+    assert "error_page 400" not in block
     assert "return 400" in http[http.index("location @decoupled") :].split("}")[0]
     assert re.match(edge.INFER_PATHS, "/v2/models/completion/versions/1/infer")
+
+
+def test_infer_500s_go_to_the_fronts_check(tmp_path):
+    s = _settings(tmp_path)
+    conf = edge.render_config(s)
+    http = _server_block(conf, s.http_port)
+    block = http[http.index(f"location ~ {edge.INFER_PATHS}") :].split("}")[0]
+    assert "error_page 500 = @infer_check;" in block
+    check = http[http.index("location @infer_check") :].split("}")[0]
+    assert f"rewrite ^ {edge.INFER_CHECK_PATH} break;" in check and "proxy_pass http://front;" in check
+    # The check is the edge's alone: the OpenAI port does not reach it.
+    openai = _server_block(conf, s.openai_port)
+    assert "return 404" in openai[openai.index(f"location = {edge.INFER_CHECK_PATH}") :].split("}")[0]
+    # Without the front, Triton's 500s stay as they are.
+    bare = _server_block(edge.render_config(_settings(tmp_path, openai_port=0)), s.http_port)
+    assert "error_page 500" not in bare and "@infer_check" not in bare
+
+
+def test_the_front_serves_the_check_only_behind_the_edge(tmp_path, monkeypatch):
+    from launcher import processes
+
+    seen: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, cmd: list[str], **kwargs) -> None:
+            seen.append(cmd)
+            self.pid = 0
+
+    monkeypatch.setattr(processes.subprocess, "Popen", Popen)
+    for on in (True, False):
+        s = _settings(tmp_path, edge=on)
+        s.build.mkdir(parents=True, exist_ok=True)
+        processes.start_front(s, follow_pid=1)
+    assert seen[0][seen[0].index("--infer-check-path") + 1] == edge.INFER_CHECK_PATH
+    assert "--infer-check-path" not in seen[1]
 
 
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed: `make edge` installs it (Debian's nginx-light)")

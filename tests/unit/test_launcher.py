@@ -158,6 +158,21 @@ def test_shm_prefix_names_one_build_folder(tmp_path):
     assert f"--backend-config=python,shm-region-prefix-name={a.shm_prefix}" in server.server_command(a, "token")
 
 
+@pytest.mark.parametrize(
+    ("models", "asked", "threads"),
+    [
+        ("", 0, server.GENERATION_THREAD_POOL_SIZE),  # every model: generations too
+        ("completion", 0, server.GENERATION_THREAD_POOL_SIZE),
+        ("detokenize", 0, server.GENERATION_THREAD_POOL_SIZE),
+        ("render_chat,render_completion", 0, server.TRITON_THREAD_POOL_SIZE),  # no generation
+        ("render_chat", 7, 7),  # the setting wins
+    ],
+)
+def test_python_threads_cover_the_generations_in_flight(tmp_path, models, asked, threads):
+    s = replace(launch.Settings(), build_dir=str(tmp_path), edge=False, models=models, python_thread_pool_size=asked)
+    assert f"--backend-config=python,thread-pool-size={threads}" in server.server_command(s, "token")
+
+
 def test_settings_round_trip_through_json(tmp_path):
     s = replace(
         launch.Settings(),

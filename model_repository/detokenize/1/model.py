@@ -19,8 +19,10 @@ Its inputs are the engine's (TensorRT-LLM names, built upstream by ``tokenize`` 
 It takes TensorRT-LLM's cancellation itself too: a request to this model with ``stop`` = true ends
 the running request with the same request id. Triton 2.51 cancels an ensemble request only
 between its steps, never inside the step that is running (this one, for all of a generation), so
-a client that goes away cancels this way (the HTTP front does; the ensemble passes the client's
-request id down to this step).
+a client that goes away cancels this way (the front does; the ensemble passes the client's
+request id down to this step). That stop goes on to the engine at once, not when the engine's
+next response comes: a request still queued in the engine has sent none, and would otherwise be
+started, prefilled and stepped once only to be stopped.
 
 Each request runs on its own thread (the engine's response iterator blocks), so one instance
 serves many at once.
@@ -70,7 +72,7 @@ class TritonPythonModel:
         self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
         # Tool calls and reasoning read from a chat's text, as chat_render's output_parsing says.
         self.answers = AnswerParser(self.tokenizer.hf.get_vocab())
-        self._running: dict[str, threading.Event] = {}  # request id -> set to cancel it
+        self._running: dict[str, EngineStop] = {}  # client request id -> its generation's stop
         self._lock = threading.Lock()
         # Every BLS call's Python objects outlive the stub's own references to them, so none is
         # freed without the GIL (triton_io/deferred_release.py).
@@ -85,9 +87,9 @@ class TritonPythonModel:
         for request in requests:
             if io.get_scalar(request, "stop", bool):
                 with self._lock:
-                    event = self._running.get(request.request_id())
-                if event is not None:
-                    event.set()
+                    flight = self._running.get(request.request_id())
+                if flight is not None:
+                    flight.request()
                 request.get_response_sender().send(flags=FINAL)  # as TensorRT-LLM answers a stop
                 continue
             threading.Thread(target=self._serve, args=(request,), name=f"{self.name}-request", daemon=True).start()
@@ -96,11 +98,11 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         rid = request.request_id()
-        cancel = threading.Event()
+        held: list[Any] = [request]  # the BLS calls' objects, added as they are made
+        cancel = EngineStop(self.engine, held)
         if rid:
             with self._lock:
                 self._running[rid] = cancel
-        held: list[Any] = [request]  # the BLS calls' objects, added as they are made
         drained = False  # whether every BLS call of the request ran to its end
         try:
             final = self._generate(request, sender, cancel, held)
@@ -114,6 +116,7 @@ class TritonPythonModel:
             with self._lock:
                 if self._running.get(rid) is cancel:
                     del self._running[rid]
+            cancel.join()  # a stop sent from `execute` is answered before the request ends
         # Before the final response, while the request can still be asked (triton_io/deferred_release.py).
         settled = drained and stub_let_go(request)
         sender.send(final, flags=FINAL)
@@ -144,7 +147,7 @@ class TritonPythonModel:
             prompt_ids = io.get_ids(request, "decoder_input_ids")
         return tensors, prompt_ids
 
-    def _generate(self, request: Any, sender: Any, cancel: threading.Event, held: list[Any]) -> Any:
+    def _generate(self, request: Any, sender: Any, cancel: EngineStop, held: list[Any]) -> Any:
         """Runs the engine request, streams the text pieces when the client streams; returns the
         final response, for the caller to send once the stub has let go of the BLS calls."""
         parsing = OutputParsing.from_json(io.get_str(request, "output_parsing")) if self.parses else OutputParsing()
@@ -164,6 +167,7 @@ class TritonPythonModel:
             max_tokens=io.get_scalar(request, "request_output_len"),
         )
         request_id = uuid.uuid4().hex
+        cancel.arm(request_id, tensors)
         engine_request = pb_utils.InferenceRequest(
             model_name=self.engine,
             inputs=tensors,
@@ -185,6 +189,7 @@ class TritonPythonModel:
                 for _ in responses:
                     pass  # to the end, so that the stub cleans the call up
                 raise error
+            cancel.answered()
             new_ids = _delta(response)
             if new_ids is None:
                 continue  # the engine's empty final response
@@ -201,9 +206,10 @@ class TritonPythonModel:
             if not done and (cancel.is_set() or request.is_cancelled()):
                 done = cancelled = True
             if done and not _ended_by_engine(progress):
-                self._cancel(request_id, tensors, held)
+                cancel.request()
         if final is not None:
             return final
+        cancelled = cancelled or cancel.is_set()  # stopped before the engine sent any ids
         detok.end("abort" if cancelled else "length")  # no-op when the text already ended it
         if stream:
             return _piece(detok.next_text(), [], detok.finish_reason, n_prompt, front, answer, self.parses)
@@ -216,19 +222,86 @@ class TritonPythonModel:
             ids = prompt_ids + ids
         return _response(text, ids, finish, n_prompt, front, parsed_output)
 
-    def _cancel(self, request_id: str, tensors: list[Any], held: list[Any]) -> None:
-        """TensorRT-LLM's cancellation: ``stop`` = true with the running request's id."""
+
+class EngineStop:
+    """A generation's stop: sent to the engine (TensorRT-LLM's cancellation: ``stop`` = true with
+    the engine request's id) by whichever comes first, the client's stop (from ``execute``, even
+    before the engine answered anything) or the text ending the request early.
+
+    A stop sent before the engine's first response may overtake the engine request itself (Triton
+    runs a stub's BLS calls on a pool of threads), and the engine ignores a stop for an id it does
+    not know, as TensorRT-LLM does: such a stop is sent once more if the engine answers anyway.
+    Each is a BLS call on a thread of its own, so ``execute`` never waits for the engine; ``join``
+    waits for them, so the request ends only after its stops were answered (their objects join the
+    request's ``held``)."""
+
+    def __init__(self, engine: str, held: list[Any]) -> None:
+        self._engine = engine
+        self._held = held
+        self._lock = threading.Lock()
+        self._asked = threading.Event()
+        self._target: tuple[str, list[Any]] | None = None  # the engine request id and its tensors
+        self._answered = False  # the engine sent a response
+        self._sent_answered = False  # a stop went after the engine's first response
+        self._threads: list[threading.Thread] = []
+        self._closed = False  # the request is ending: no stop is sent any more
+
+    def is_set(self) -> bool:
+        """Whether the stop was asked for."""
+        return self._asked.is_set()
+
+    def arm(self, request_id: str, tensors: list[Any]) -> None:
+        """The engine request exists (about to be sent): a stop asked for before goes now."""
+        with self._lock:
+            self._target = (request_id, tensors)
+            if self._asked.is_set() and not self._threads and not self._closed:
+                self._start()
+
+    def answered(self) -> None:
+        """The engine sent a response: it knows the request."""
+        self._answered = True
+
+    def request(self) -> None:
+        """Stop the generation: sent now if its engine request exists, else when it is made."""
+        with self._lock:
+            self._asked.set()
+            if self._closed or self._target is None or self._sent_answered:
+                return
+            if not self._threads or self._answered:
+                self._start()
+
+    def join(self) -> None:
+        """Wait for the stops sent; none is sent after (a BLS call made once the request has ended
+        could outlive what keeps its objects until the stub lets go of them)."""
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join()
+
+    def _start(self) -> None:
+        self._sent_answered = self._answered
+        thread = threading.Thread(target=self._send, name=f"{self._engine}-stop", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _send(self) -> None:
+        assert self._target is not None
+        request_id, tensors = self._target
         required = {t.name(): t for t in tensors if t.name() in ("input_ids", "input_lengths", "request_output_len")}
         stop = pb_utils.InferenceRequest(
-            model_name=self.engine,
+            model_name=self._engine,
             inputs=[*required.values(), *io.output_tensors({"stop": np.array([True])})],
             requested_output_names=ENGINE_OUTPUTS,
             request_id=request_id,
         )
-        responses = stop.exec(decoupled=True)
-        held += (stop, responses)
-        for _ in responses:
-            pass
+        try:
+            responses = stop.exec(decoupled=True)
+            self._held += (stop, responses)
+            for _ in responses:
+                pass
+        except Exception as e:  # noqa: BLE001 - the generation then runs to its own end
+            pb_utils.Logger.log_warn(f"stop of engine request {request_id}: {e}")
 
 
 def stub_let_go(request: Any) -> bool:
