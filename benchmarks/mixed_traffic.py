@@ -126,11 +126,14 @@ class Report:
     signals_in_log: list[str] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     """Memory (MB of RSS) and thread counts of tritonserver and each stub, every ``sample_s``."""
+    attacks: dict[str, Any] | None = None
+    """What the attackers beside the traffic saw (``benchmarks/attacks.py``), when they ran."""
 
     @property
     def passed(self) -> bool:
         return (
             not self.wrong
+            and not (self.attacks or {}).get("wrong")
             and self.server_pid_before is not None
             and self.server_pid_before == self.server_pid_after
             and not self.restarts
@@ -150,6 +153,8 @@ class Report:
             "restarts": self.restarts,
             "signals_in_log": self.signals_in_log,
             "memory_mb": memory_summary(self.samples),
+            "memory_total_mb": memory_series(self.samples),
+            "attacks": self.attacks,
             "passed": self.passed,
         }
 
@@ -503,6 +508,17 @@ def sample(server_pid: int) -> dict[str, Any]:
     return row
 
 
+def memory_series(samples: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(seconds since the first sample, RSS of the server and its stubs together, MB) of each sample."""
+    if not samples:
+        return []
+    t0 = samples[0]["t"]
+    return [
+        (round(row["t"] - t0), round(sum(v if k == "server_mb" else v["mb"] for k, v in row.items() if k != "t")))
+        for row in samples
+    ]
+
+
 def memory_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """First, last and largest RSS of each process over the run, and its most threads."""
     out: dict[str, Any] = {}
@@ -554,7 +570,7 @@ def check_server(settings: Any, sender: Sender, run: Callable[[], Report], sampl
     return report
 
 
-def settings(build_dir: Path, port: int) -> Any:
+def settings(build_dir: Path, port: int, models: str = MODELS) -> Any:
     """A server as ``make serve`` runs it (the deployment defaults: no batching delay, which is
     when a stage answers soonest), with the front, on ``port`` to ``port + 3``, in a fresh build
     folder (only this run's log is read)."""
@@ -565,7 +581,7 @@ def settings(build_dir: Path, port: int) -> Any:
     shutil.rmtree(build_dir, ignore_errors=True)
     return server_settings(
         build_dir=str(build_dir),
-        models=MODELS,
+        models=models,
         http_port=port,
         grpc_port=port + 1,
         metrics_port=port + 2,
@@ -589,11 +605,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="gRPC streams with triton_grpc_error, as this project's clients no longer send it (crashes 2.51)",
     )
+    ap.add_argument(
+        "--attacks",
+        action="store_true",
+        help="the attacks of benchmarks/attacks.py beside the traffic (oversized, slow headers, bad JSON, abandoned)",
+    )
     a = ap.parse_args(argv)
 
     from launcher import cli as launch
 
-    s = settings(a.build_dir, PORT)
+    # The attacks' /infer requests go to render_completion.
+    s = settings(a.build_dir, PORT, MODELS + ",render_completion" if a.attacks else MODELS)
     if launch.start(s) != 0:
         print(f"server did not start; see {s.log_file}", file=sys.stderr)
         return 1
@@ -603,9 +625,18 @@ def main(argv: list[str] | None = None) -> int:
 
     pid = launch.running_pid(s)
 
-    def run() -> Report:
+    def traffic() -> Report:
         alive = lambda: launch.running_pid(s) == pid  # noqa: E731
         return drive(sender, a.requests, a.seconds, a.threads, a.seed, channels, a.drop_rate, kinds, alive)
+
+    def run() -> Report:
+        if not a.attacks:
+            return traffic()
+        from benchmarks import attacks
+
+        report, seen = attacks.run_beside(s, traffic)
+        report.attacks = seen.as_json()
+        return report
 
     try:
         report = check_server(s, sender, run)

@@ -450,11 +450,10 @@ def convert(model: ModelInterface, version: str, body: Pairs) -> GenerateRequest
     tensors: dict[str, Tensor] = {}
     parameters: dict[str, ParameterValue] = {}
     _convert_members(model, inputs, body, tensors, parameters, nested_schema=True)
-    missing = [i.name for i in model.inputs if not i.optional and i.name not in tensors]
+    missing = model.missing(tensors)
     if missing:
-        required = sum(not i.optional for i in model.inputs)
-        # the missing ones in the config's order, as Triton lists them; the given ones in the body's
-        raise MissingInputsError(model.name, client_id, list(tensors), missing, required, len(model.inputs))
+        # the given ones in the body's order
+        raise MissingInputsError(model.name, client_id, list(tensors), missing, model.required, len(model.inputs))
     forwarded = {
         k: v for k, v in parameters.items() if k not in GRPC_SETTINGS and not k.startswith(GRPC_RESERVED_PREFIX)
     }

@@ -19,6 +19,10 @@ stream cancelled. A client that half-closes gets every response until Triton end
 
 A client that names its own request ids keeps them: two generations of the same id at once
 (on any stream) are one to the post-processor, as they are on Triton's own port.
+
+A request that leaves out a required input is answered here with Triton's own error and not
+sent: Triton 2.51 checks only the count of a request's inputs, and runs an ensemble request whose
+count is in range but whose required inputs are not all there, answering it with nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from .triton import FINAL_RESPONSE, POST_PROCESSORS, Ensembles
+from .generate import MissingInputsError
+from .triton import FINAL_RESPONSE, POST_PROCESSORS, Ensembles, ModelInterface
 
 SERVICE = "inference.GRPCInferenceService"
 METHOD = "ModelStreamInfer"
@@ -112,8 +117,8 @@ class StreamProxy:
 
     def __init__(self, ensembles: Ensembles) -> None:
         self._ensembles = ensembles
-        # (model, version) -> its post-processor, or None: asked of Triton once per model.
-        self._generations: dict[tuple[str, str], asyncio.Future] = {}
+        # (model, version) -> its interface and post-processor: asked of Triton once per model.
+        self._models: dict[tuple[str, str], asyncio.Future] = {}
         self._background: set[asyncio.Task] = set()
 
     def handler(self) -> Any:
@@ -136,7 +141,8 @@ class StreamProxy:
         # No metadata: the client's headers stay here (``triton_grpc_error`` crashes Triton 2.51).
         call = self._ensembles.stub.ModelStreamInfer()
         stream = _Stream()
-        stream.pump = asyncio.ensure_future(self._forward(requests, call, stream))
+        writing = asyncio.Lock()  # Triton's responses and the proxy's own refusals, one at a time
+        stream.pump = asyncio.ensure_future(self._forward(requests, call, stream, context, writing))
         try:
             while True:
                 # Each read in a task of its own: grpc.aio cancels a call whose read (or write) is
@@ -152,16 +158,25 @@ class StreamProxy:
                     stream.finished = True
                     return
                 stream.answered(message)
-                await context.write(message)
+                async with writing:
+                    await context.write(message)
         finally:
             if not stream.finished:  # the client left (or its stream broke) with requests running
                 self._abandon(call, stream)
 
-    async def _forward(self, requests: AsyncIterator[Any], call: Any, stream: _Stream) -> None:
-        """The client's requests to Triton, in order; its half-close is passed on too."""
+    async def _forward(
+        self, requests: AsyncIterator[Any], call: Any, stream: _Stream, context: Any, writing: asyncio.Lock
+    ) -> None:
+        """The client's requests to Triton, in order; its half-close is passed on too. A request
+        without a required input is answered here, as Triton's error, and not sent: Triton runs
+        an ensemble request whose count of inputs is in range, and answers it with nothing."""
         try:
             async for request in requests:
-                await self._track(request, stream)
+                refusal = await self._track(request, stream)
+                if refusal is not None:
+                    async with writing:
+                        await context.write(refusal)
+                    continue
                 await call.write(request)
             await call.done_writing()
         except asyncio.CancelledError:
@@ -169,38 +184,50 @@ class StreamProxy:
         except Exception:  # noqa: BLE001 - the client's stream broke (or Triton's): stop what runs
             self._abandon(call, stream)
 
-    async def _track(self, request: Any, stream: _Stream) -> None:
-        generation = await self._generation(request.model_name, request.model_version)
+    async def _track(self, request: Any, stream: _Stream) -> Any:
+        """Remembers a generation request; the error response for a request missing an input."""
+        facts = await self._facts(request.model_name, request.model_version)
+        if facts is None:
+            return None  # Triton answers it (an unknown model, Triton away)
+        interface, generation = facts
+        given = [t.name for t in request.inputs]
+        missing = interface.missing(given)
+        if missing:
+            error = MissingInputsError(
+                interface.name, request.id, given, missing, interface.required, len(interface.inputs)
+            )
+            return _error_response(request, error.message)
         if generation is None:
-            return
+            return None
         named_here = not request.id
         if named_here:
             request.id = f"{ID_PREFIX}{uuid.uuid4().hex}"
         stream.add(request.id, Flight(generation, named_here))
+        return None
 
-    async def _generation(self, model: str, version: str) -> Generation | None:
-        """``model``'s post-processor, from Triton's config (once per model); None for a model
-        that runs none, or one Triton cannot describe now (its request fails there as it would)."""
+    async def _facts(self, model: str, version: str) -> tuple[ModelInterface, Generation | None] | None:
+        """``model``'s interface and post-processor, from Triton's config (once per model); None
+        for a model Triton cannot describe now (its request fails there as it would)."""
         key = (model, version)
-        known = self._generations.get(key)
+        known = self._models.get(key)
         if known is None:
             known = asyncio.ensure_future(self._ask(model, version))
             # Its error is read by the requests waiting for it; with none left, by no one.
             known.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._generations[key] = known
+            self._models[key] = known
         try:
             return await asyncio.shield(known)
         except Exception:  # noqa: BLE001 - unknown model, Triton away: asked again next time
-            if self._generations.get(key) is known:
-                del self._generations[key]
+            if self._models.get(key) is known:
+                del self._models[key]
             return None
 
-    async def _ask(self, model: str, version: str) -> Generation | None:
+    async def _ask(self, model: str, version: str) -> tuple[ModelInterface, Generation | None]:
         interface = await self._ensembles.model_interface(model, version)
         for post_processor in POST_PROCESSORS:
             if interface.runs(post_processor):
-                return Generation(post_processor, interface.decoupled)
-        return None
+                return interface, Generation(post_processor, interface.decoupled)
+        return interface, None
 
     def _abandon(self, call: Any, stream: _Stream) -> None:
         """The stop for each generation ``stream`` has in flight, then Triton's stream cancelled
@@ -236,6 +263,17 @@ def _cancel(call: Any, stream: _Stream) -> None:
     call.cancel()
     if stream.pump is not None:
         stream.pump.cancel()
+
+
+def _error_response(request: Any, message: str) -> Any:
+    """Triton's error response on a stream, for ``request``."""
+    from tritonclient.grpc import service_pb2
+
+    response = service_pb2.ModelStreamInferResponse(error_message=message)
+    response.infer_response.id = request.id
+    response.infer_response.model_name = request.model_name
+    response.infer_response.model_version = request.model_version
+    return response
 
 
 def _retrieved(task: asyncio.Future) -> None:

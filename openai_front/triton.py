@@ -18,7 +18,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -101,6 +101,16 @@ class ModelInterface:
     def runs(self, model: str) -> bool:
         """``model`` is this model or one of its ensemble's steps."""
         return model == self.name or model in self.steps
+
+    def missing(self, given: Iterable[str]) -> list[str]:
+        """The required inputs not in ``given``, in the config's order (as Triton lists them)."""
+        names = set(given)
+        return [i.name for i in self.inputs if not i.optional and i.name not in names]
+
+    @property
+    def required(self) -> int:
+        """How many inputs a request must send."""
+        return sum(not i.optional for i in self.inputs)
 
 
 @dataclass(frozen=True)

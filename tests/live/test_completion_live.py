@@ -124,6 +124,25 @@ def test_triton_refusals_on_a_stream_are_client_errors(server, case):
     assert streamed.value.kind == unary.value.kind == "client", repr(streamed.value)
 
 
+def test_a_request_missing_a_required_input_is_named_on_a_stream(server):
+    """``ensemble`` without ``text_input`` but with as many inputs as it requires: Triton 2.51 runs
+    it and answers nothing; through the edge (the front's stream proxy) it is refused, naming it."""
+    from client import RendererClient
+
+    tensors = {
+        "max_tokens": np.array([[4]], np.int32),
+        "bad_words": np.array([[b""]], object),
+        "stop_words": np.array([[b""]], object),
+    }
+    with RendererClient(f"{server.host}:{server.grpc_port}", "grpc") as c:
+        with pytest.raises(RequestError) as e:
+            list(c.stream("ensemble", tensors))
+        assert "missing required input(s) ['text_input']" in e.value.message, repr(e.value)
+        assert e.value.kind == "client", repr(e.value)
+        out = list(c.stream("ensemble", {"text_input": np.array([[b"The capital of France is"]], object), **tensors}))
+        assert out  # the stream still serves a whole request
+
+
 # Refusals by the models themselves: a generation stream brings them without a code (no
 # triton_grpc_error, which crashes 2.51: client/triton_client.py), and client.stream_error_kind
 # reads them as client errors. The same request's unary call, to the render ensemble or the stage

@@ -29,7 +29,10 @@ MODELS = {
     "completion_once": (False, ("tokenize", "generation_params", "detokenize")),
     "detokenize": (True, ()),
     "detokenize_enc_dec": (True, ()),
+    "ensemble": (True, ("tokenize", "ensemble_params", "detokenize")),
 }
+# The inputs of a model that declares them: (name, optional).
+INPUTS = {"ensemble": (("text_input", False), ("max_tokens", False), ("bad_words", True), ("stop_words", True))}
 
 
 def _input(request: Any, name: str) -> bytes | None:
@@ -74,13 +77,18 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(self, request, context):  # noqa: N802 - the service's method name
         if request.name not in MODELS:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{request.name}' is not found")
-        return service_pb2.ModelMetadataResponse(name=request.name, versions=["1"], platform="ensemble")
+        meta = service_pb2.ModelMetadataResponse(name=request.name, versions=["1"], platform="ensemble")
+        for name, _ in INPUTS.get(request.name, ()):
+            meta.inputs.add(name=name, datatype="BYTES", shape=[-1, 1])
+        return meta
 
     async def ModelConfig(self, request, context):  # noqa: N802 - the service's method name
         self.config_calls[request.name] += 1
         decoupled, steps = MODELS[request.name]
         config = model_config_pb2.ModelConfig(name=request.name)
         config.model_transaction_policy.decoupled = decoupled
+        for name, optional in INPUTS.get(request.name, ()):
+            config.input.add(name=name, optional=optional)
         for step in steps:
             config.ensemble_scheduling.step.add(model_name=step, model_version=-1)
         return service_pb2.ModelConfigResponse(config=config)
@@ -165,12 +173,13 @@ async def proxied() -> AsyncIterator[tuple[FakeTriton, Any]]:
         await upstream.stop(0)
 
 
-def request(model: str, rid: str = "", responses: int = 1, **extra: Any) -> Any:
+def request(model: str, rid: str = "", responses: int = 1, inputs: tuple[str, ...] = ("prompt",), **extra: Any) -> Any:
     r = service_pb2.ModelInferRequest(model_name=model, id=rid)
-    t = r.inputs.add()
-    t.name, t.datatype = "prompt", "BYTES"
-    t.shape.extend([1, 1])
-    r.raw_input_contents.append(struct.pack("<I", 5) + b"hello")
+    for name in inputs:
+        t = r.inputs.add()
+        t.name, t.datatype = name, "BYTES"
+        t.shape.extend([1, 1])
+        r.raw_input_contents.append(struct.pack("<I", 5) + b"hello")
     r.parameters["responses"].int64_param = responses
     for key, value in extra.items():
         r.parameters[key].string_param = value
@@ -222,6 +231,34 @@ def test_messages_pass_unchanged_and_metadata_stays_behind():
     assert [m.infer_response.id for m in got] == ["a"] * 3 + [""] * 3 + ["u"]
     assert "x-trace" not in fake.metadata[0] and "triton_grpc_error" not in fake.metadata[0]
     assert not [e for e in fake.events if e[0] == "stop"] and ("cancelled",) not in fake.events
+
+
+def test_a_request_missing_a_required_input_is_refused_naming_it():
+    # Three inputs of four, text_input not among them: a count Triton takes, and then answers with
+    # nothing at all. The proxy answers it as Triton's own check words it, and sends it nowhere.
+    sent = [
+        request("ensemble", "bad", inputs=("max_tokens", "bad_words", "stop_words")),
+        request("ensemble", "", inputs=("bad_words",)),
+        request("ensemble", "ok", responses=2, inputs=("text_input", "max_tokens")),
+    ]
+
+    async def main() -> tuple[FakeTriton, list[Any]]:
+        async with proxied() as (fake, stub):
+            call = stub.ModelStreamInfer()
+            for r in sent:
+                await call.write(r)
+            await call.done_writing()
+            return fake, [m async for m in call]
+
+    fake, got = run(main())
+    assert [r.id for r in fake.requests] == ["ok"]
+    errors = [m for m in got if m.error_message]
+    assert [m.infer_response.id for m in errors] == ["bad", ""]
+    assert "[request id: bad] missing required input(s) for model 'ensemble'" in errors[0].error_message
+    assert "missing required input(s) ['text_input']" in errors[0].error_message
+    assert "expected number of inputs between 2 and 4 but got 1 inputs" in errors[1].error_message
+    assert "['text_input','max_tokens']" in errors[1].error_message
+    assert [m.infer_response.id for m in got if not m.error_message] == ["ok", "ok"]
 
 
 def test_a_client_that_cancels_stops_its_running_generations():
