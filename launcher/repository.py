@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import re
 import string
 import subprocess
 import sys
@@ -34,6 +35,8 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "chat_render_instances": str(s.resolved_chat_render_instances),
         "llm_instances": str(s.llm_instances),
         "engine_model": engine_model_name(s),
+        "llm_decoupled": "true" if s.llm_decoupled else "false",
+        "engine_decoupled": "true" if engine_decoupled(s) else "false",
         "vllm_env": str(Path(s.vllm_env).resolve()),
         "vllm_device": "cuda" if gpu_visible() else "cpu",
         "vllm_dtype": s.vllm_dtype if s.vllm_dtype != "auto" else ("auto" if gpu_visible() else "float32"),
@@ -101,6 +104,16 @@ def family_vars(family: str | None) -> dict[str, str]:
 def engine_model_name(s: Settings) -> str:
     """The model the post-processing stage sends generation requests to."""
     return Path(s.engine_model_dir).name if s.engine_model_dir else "llm"
+
+
+def engine_decoupled(s: Settings) -> bool:
+    """Whether the engine sends many responses per request: ``llm`` as ``LLM_DECOUPLED`` says, a
+    TensorRT-LLM engine folder as its config says (its ``decoupled_mode``)."""
+    if not s.engine_model_dir:
+        return s.llm_decoupled
+    config = (Path(s.engine_model_dir) / "config.pbtxt").read_text()
+    policy = re.search(r"model_transaction_policy\s*\{[^}]*decoupled\s*:\s*(\w+)", config)
+    return bool(policy) and policy.group(1).lower() == "true"
 
 
 def pick_config(model: Path, family: str | None) -> Path | None:
@@ -192,6 +205,8 @@ def prepare(s: Settings) -> None:
         raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose standin or vllm")
     if s.engine_model_dir and not (Path(s.engine_model_dir) / "config.pbtxt").exists():
         raise SystemExit(f"ENGINE_MODEL_DIR={s.engine_model_dir} holds no config.pbtxt (not a Triton model folder)")
+    if s.llm_engine == "vllm" and not s.llm_decoupled:
+        raise SystemExit("LLM_DECOUPLED=0 is served by the stand-in engine only; LLM_ENGINE=vllm is decoupled")
     if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "activate").exists():
         raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
     if s.llm_engine == "vllm" and model_family(s) is not None:

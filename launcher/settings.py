@@ -165,6 +165,10 @@ class Settings:
     (``resolved_chat_render_instances``)."""
     llm_instances: int = 1
     """Instances of the downstream ``llm``."""
+    llm_decoupled: bool = True
+    """TensorRT-LLM's ``decoupled_mode`` for ``llm``: on, any number of responses per request
+    (streaming); off, exactly one, for clients that send plain requests (a streamed one is
+    refused in TensorRT-LLM's words). The generation ensembles stay decoupled either way."""
     llm_engine: str = "standin"
     """The engine behind ``llm``: "standin" (transformers, CPU, embedded) or "vllm" (vLLM's own
     ``AsyncLLM`` in the same server, from the environment ``make engine-vllm`` builds)."""

@@ -11,6 +11,12 @@ server can give must come out as the script's own ``--check-outputs`` expects it
 greedily); what it cannot honour must come back as the server's 400 naming the input, which the
 script prints, never as a crash of the script on a missing output. tritonserver is the same
 process at the end.
+
+The engine is also deployed as TensorRT-LLM's ``decoupled_mode: false`` (``LLM_DECOUPLED=0``, a
+second server here): ``inflight_batcher_llm_client.py`` then sends plain requests, is answered with
+one response each (a stop with an empty one, as upstream's docs run ``--stop-after-ms`` with a
+``--request-id``), and a streamed request gets TensorRT-LLM's refusal; the generation ensembles
+still serve both their modes, since ``detokenize`` asks such an engine for one response.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -143,6 +150,71 @@ def test_inflight_batcher_client_streams_from_the_engine(server, url, greedy):
     )
     assert got.returncode == 0, got.stdout + got.stderr
     assert f"Output beam 0: {greedy[prompt]}\n" in got.stdout, got.stdout
+
+
+@pytest.fixture(scope="module")
+def plain_engine(server_settings, tmp_path_factory):
+    """A second server whose ``llm`` is not decoupled."""
+    from launcher import cli as launch
+
+    s = replace(
+        server_settings,
+        llm_decoupled=False,
+        models="completion,ensemble",
+        encoder_decoder=False,
+        openai_port=0,
+        build_dir=str(tmp_path_factory.mktemp("llm-not-decoupled")),
+        http_port=18210,
+        grpc_port=18211,
+        metrics_port=18212,
+    )
+    assert launch.start(s) == 0
+    yield s
+    launch.stop(s)
+
+
+def inflight(s, *args: str) -> subprocess.CompletedProcess:
+    return run(
+        "inflight_batcher_llm_client.py",
+        "-u",
+        f"{s.host}:{s.grpc_port}",
+        "--model-name",
+        "llm",
+        "--tokenizer-dir",
+        s.model_dir,
+        "--text",
+        PROMPTS[0],
+        *args,
+    )
+
+
+def test_inflight_batcher_client_sends_plain_requests_to_a_plain_engine(plain_engine, greedy):
+    got = inflight(plain_engine, "--request-output-len", str(TOKENS))
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert f"Output beam 0: {greedy[PROMPTS[0]]}\n" in got.stdout, got.stdout
+
+
+def test_inflight_batcher_client_stops_a_plain_request(plain_engine):
+    """``--stop-after-ms`` as upstream's docs run it (with a request id): the stop's own answer is
+    an empty response, and the script itself asserts fewer ids than it asked for."""
+    got = inflight(plain_engine, "--request-output-len", "100", "--stop-after-ms", "300", "--request-id", "7")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "Got cancellation response from server" in got.stdout, got.stdout
+
+
+def test_a_plain_engine_refuses_streaming_in_tensorrt_llms_words(plain_engine):
+    got = inflight(plain_engine, "--request-output-len", str(TOKENS), "--streaming")
+    assert got.returncode != 0
+    assert "Streaming is only supported if model is deployed using decoupled mode." in got.stdout + got.stderr
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_ensembles_serve_both_modes_over_a_plain_engine(plain_engine, greedy, stream):
+    url = f"{plain_engine.host}:{plain_engine.grpc_port}"
+    prompt = PROMPTS[0]
+    got = end_to_end(url, prompt, *(["-S"] if stream else []), expected=[greedy[prompt]])
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "error" not in got.stdout.lower(), got.stdout
 
 
 def test_the_server_never_restarted(server, pid):

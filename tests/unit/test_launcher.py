@@ -334,3 +334,27 @@ def test_the_stages_get_the_recorded_tokenizer(tmp_path, model_dir):
     for stage in ("tokenize", "detokenize", "generation_params", "ensemble_params", "chat_render"):
         params = parse_config(repo / stage / "config.pbtxt").parameters
         assert params["tokenizer_record"].string_value == str(record), stage
+
+
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_the_engines_transaction_policy_follows_the_setting(tmp_path, model_dir, decoupled):
+    """``LLM_DECOUPLED`` is TensorRT-LLM's ``decoupled_mode`` for ``llm``, and ``detokenize`` is told
+    which the engine is (it asks a plain one for one response)."""
+    s = replace(launch.Settings(), build_dir=str(tmp_path), model_dir=str(model_dir), llm_decoupled=decoupled)
+    repository.render_repository(s)
+    word = "true" if decoupled else "false"
+    assert f"model_transaction_policy {{ decoupled: {word} }}" in (s.repository / "llm" / "config.pbtxt").read_text()
+    detokenize = (s.repository / "detokenize" / "config.pbtxt").read_text()
+    assert f'key: "engine_decoupled" value: {{ string_value: "{word}" }}' in detokenize
+    # The generation ensembles' post-processor stays decoupled either way.
+    assert "model_transaction_policy { decoupled: true }" in detokenize
+
+
+@pytest.mark.parametrize(("policy", "decoupled"), [("decoupled: true", True), ("decoupled: False", False), ("", False)])
+def test_an_engine_folders_own_policy_is_read(tmp_path, policy, decoupled):
+    engine = tmp_path / "tensorrt_llm"
+    engine.mkdir()
+    block = f"model_transaction_policy {{\n  {policy}\n}}\n" if policy else ""
+    (engine / "config.pbtxt").write_text(f'name: "tensorrt_llm"\nbackend: "tensorrtllm"\n{block}')
+    s = replace(launch.Settings(), build_dir=str(tmp_path / "b"), engine_model_dir=str(engine))
+    assert repository.engine_decoupled(s) is decoupled

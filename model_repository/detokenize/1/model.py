@@ -66,6 +66,9 @@ class TritonPythonModel:
         # detokenize_enc_dec shares this adapter and declares no parsed_output.
         self.parses = any(o["name"] == "parsed_output" for o in config.get("output", []))
         self.engine = params["engine_model"]
+        # TensorRT-LLM's engine deployed without decoupled mode takes no streamed request: it is
+        # asked for everything in one response (the client still gets its pieces from here).
+        self.engine_decoupled = io.flag(params, "engine_decoupled", True)
         self.encoder_decoder = io.flag(params, "encoder_decoder")
         self.tokenizer = Tokenizer.from_pretrained(params["model_dir"], record=params.get("tokenizer_record") or None)
         pb_utils.Logger.log_info(f"{self.name}: tokenizer: {self.tokenizer.source}")
@@ -99,7 +102,7 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         rid = request.request_id()
         held: list[Any] = [request]  # the BLS calls' objects, added as they are made
-        cancel = EngineStop(self.engine, held)
+        cancel = EngineStop(self.engine, self.engine_decoupled, held)
         if rid:
             with self._lock:
                 self._running[rid] = cancel
@@ -142,7 +145,9 @@ class TritonPythonModel:
                 pb_utils.get_input_tensor_by_name(request, "input_lengths"),
             ]
             prompt_ids = io.get_ids(request, "input_ids")
-        tensors += io.output_tensors({"streaming": np.array([True]), "exclude_input_in_output": np.array([True])})
+        tensors += io.output_tensors(
+            {"streaming": np.array([self.engine_decoupled]), "exclude_input_in_output": np.array([True])}
+        )
         if self.encoder_decoder:
             prompt_ids = io.get_ids(request, "decoder_input_ids")
         return tensors, prompt_ids
@@ -179,7 +184,7 @@ class TritonPythonModel:
         front = FRONT_TEXT in asked and "text_output" not in asked
         done = cancelled = False
         final = None  # a streamed request's last piece, held back until the engine is drained
-        responses = engine_request.exec(decoupled=True)
+        responses = engine_request.exec(decoupled=True) if self.engine_decoupled else [engine_request.exec()]
         held += (engine_request, responses)
         for response in responses:
             if done:
@@ -235,8 +240,9 @@ class EngineStop:
     waits for them, so the request ends only after its stops were answered (their objects join the
     request's ``held``)."""
 
-    def __init__(self, engine: str, held: list[Any]) -> None:
+    def __init__(self, engine: str, decoupled: bool, held: list[Any]) -> None:
         self._engine = engine
+        self._decoupled = decoupled
         self._held = held
         self._lock = threading.Lock()
         self._asked = threading.Event()
@@ -296,6 +302,9 @@ class EngineStop:
             request_id=request_id,
         )
         try:
+            if not self._decoupled:  # one (empty) response
+                self._held += (stop, stop.exec())
+                return
             responses = stop.exec(decoupled=True)
             self._held += (stop, responses)
             for _ in responses:

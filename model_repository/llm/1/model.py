@@ -3,9 +3,11 @@
 
 Behaviour a consumer of the real engine relies on, kept here:
 
-- decoupled; with ``streaming`` each response carries only the new ids, and the last response
-  carries the FINAL flag; without it, one response with every id, the prompt first unless
-  ``exclude_input_in_output``;
+- decoupled (TensorRT-LLM's ``decoupled_mode: true``, the default) or not (``LLM_DECOUPLED=0``);
+  with ``streaming`` each response carries only the new ids, and the last response carries the
+  FINAL flag; without it, one response with every id, the prompt first unless
+  ``exclude_input_in_output``. Not decoupled, every request gets exactly one response (a stop: an
+  empty one) and ``streaming`` is refused in TensorRT-LLM's words;
 - ``output_ids`` is ``[beams, tokens]`` and ``sequence_length`` ``[beams]`` (one beam here);
 - a request with ``stop`` = true cancels the running request that has its request id, and gets
   an empty final response (TensorRT-LLM's cancellation); a cancelled client request stops too.
@@ -27,6 +29,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs
+from renderer.errors import EngineError
 from engines.standin import Generator
 from triton_io import tensors as io
 from triton_io.outbox import ResponseOutbox
@@ -35,11 +38,15 @@ from triton_io.outbox import ResponseOutbox
 OUT = io.StageOutputs("llm")
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# TensorRT-LLM's refusal of a streamed request to an engine deployed without decoupled mode.
+STREAMING_NEEDS_DECOUPLED = "Streaming is only supported if model is deployed using decoupled mode."
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        self.name = json.loads(args["model_config"])["name"]
+        config = json.loads(args["model_config"])
+        self.name = config["name"]
+        self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         self.generator = Generator(io.model_params(args)["model_dir"])
         self._queue: queue.Queue = queue.Queue()
         self._running: dict[str, threading.Event] = {}
@@ -53,7 +60,7 @@ class TritonPythonModel:
             try:
                 if io.get_scalar(request, "stop", bool):
                     self._stop(request.request_id())
-                    sender.send(flags=FINAL)
+                    self._end(sender.send)
                     continue
                 req = trtllm_inputs.parse(
                     lambda n, r=request: io.get(r, n),
@@ -61,6 +68,8 @@ class TritonPythonModel:
                     request_id=request.request_id(),
                     encoder_decoder=self.generator.is_encoder_decoder,
                 )
+                if req.streaming and not self.decoupled:
+                    raise EngineError(STREAMING_NEEDS_DECOUPLED)
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
                 sender.send(io.error_response(e, self.name), flags=FINAL)
                 continue
@@ -76,6 +85,14 @@ class TritonPythonModel:
         self._worker.join(timeout=10)
         io.release_before_teardown()
 
+    def _end(self, send: Any) -> None:
+        """A request's end without ids: the FINAL flag alone, or (not decoupled, where every request
+        gets exactly one response) an empty response with it."""
+        if self.decoupled:
+            send(flags=FINAL)
+        else:
+            send(pb_utils.InferenceResponse(output_tensors=[]), flags=FINAL)
+
     def _stop(self, request_id: str) -> None:
         with self._lock:
             event = self._running.get(request_id)
@@ -90,9 +107,10 @@ class TritonPythonModel:
                 if cancel.is_set() or request.is_cancelled():
                     # Stopped while it queued (its client left): no prefill, no step. Each such
                     # request cost the requests behind it one engine step and its prompt's prefill.
-                    outbox.send(flags=FINAL)
+                    self._end(outbox.send)
                     continue
-                self._generate(request, outbox, req, cancel)
+                if not self._generate(request, outbox, req, cancel):
+                    self._end(outbox.send)
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
                 outbox.send(io.error_response(e, self.name), flags=FINAL)
             finally:
@@ -102,7 +120,8 @@ class TritonPythonModel:
 
     def _generate(
         self, request: Any, sender: ResponseOutbox, req: trtllm_inputs.EngineRequest, cancel: threading.Event
-    ) -> None:
+    ) -> bool:
+        """Runs one request; whether its final response went (else the caller ends it)."""
         generated: list[int] = []
         for step in self.generator.generate(req, cancel):
             # Ask before queueing the final response: once it is out the request must not be touched.
@@ -115,14 +134,14 @@ class TritonPythonModel:
             if req.streaming:
                 if step.finished or cancel.is_set():
                     sender.send(_response(step.new_ids), flags=FINAL)
-                    return
+                    return True
                 if step.new_ids:
                     sender.send(_response(step.new_ids))
             elif step.finished or cancel.is_set():
                 prompt = [] if req.exclude_input_in_output else list(req.decoder_input_ids or req.input_ids)
                 sender.send(_response(prompt + generated), flags=FINAL)
-                return
-        sender.send(flags=FINAL)
+                return True
+        return False
 
 
 def _response(ids: list[int]) -> Any:
