@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from renderer.engine_tensors import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar
-from renderer.errors import MissingInputError, TensorError, UnsupportedInputError, ValueRangeError
+from renderer.errors import (
+    MissingInputError,
+    StreamingNeedsDecoupledError,
+    TensorError,
+    UnsupportedInputError,
+    ValueRangeError,
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,11 @@ def _ids(get: Getter, name: str) -> list[int] | None:
     return None if arr is None else arr.reshape(-1).astype(np.int64).tolist()
 
 
-def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder: bool = False) -> EngineRequest:
-    """Read a request from ``get(name) -> array without the batch dimension, or None``."""
+def parse(
+    get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder: bool = False, decoupled: bool = True
+) -> EngineRequest:
+    """Read a request from ``get(name) -> array without the batch dimension, or None``, for an
+    engine deployed ``decoupled`` or not (TensorRT-LLM's ``decoupled_mode``)."""
     for name, default, what in _UNSUPPORTED:
         value = read_scalar(get, name, type(default), default)
         if value != default:
@@ -138,6 +147,9 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
     if max_tokens < 1:
         raise ValueRangeError("request_output_len", "at least 1", max_tokens)
     seed = read_scalar(get, "seed", int, None)
+    streaming = read_scalar(get, "streaming", bool, False)
+    if streaming and not decoupled:
+        raise StreamingNeedsDecoupledError()
     images = {n: a for n in ENGINE_IMAGE_INPUTS if (a := get(n)) is not None and a.size}
     return EngineRequest(
         input_ids=ids,
@@ -154,7 +166,7 @@ def parse(get: Getter, vocab_size: int, *, request_id: str = "", encoder_decoder
         repetition_penalty=read_scalar(get, "repetition_penalty", float, 1.0),
         presence_penalty=read_scalar(get, "presence_penalty", float, 0.0),
         frequency_penalty=read_scalar(get, "frequency_penalty", float, 0.0),
-        streaming=read_scalar(get, "streaming", bool, False),
+        streaming=streaming,
         exclude_input_in_output=read_scalar(get, "exclude_input_in_output", bool, False),
         decoder_input_ids=decoder_ids,
         images=images or None,

@@ -6,8 +6,8 @@ and encoder-decoder models) and ``model_repository/`` rendered into the build fo
 from __future__ import annotations
 
 import os
-import shutil
 import re
+import shutil
 import string
 import subprocess
 import sys

@@ -231,6 +231,17 @@ class EngineError(RenderError):
     """The engine refused the request: its own message, a client error."""
 
 
+class StreamingNeedsDecoupledError(EngineError):
+    """A streamed request to an engine deployed without decoupled mode: TensorRT-LLM's words."""
+
+    prints_parameter = False
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Streaming is only supported if model is deployed using decoupled mode.", parameter="streaming"
+        )
+
+
 class EngineFaultError(RuntimeError):
     """The engine failed the request: an internal error, not the client's."""
 

@@ -128,7 +128,9 @@ def test_a_request_missing_a_required_input_is_named_on_a_stream(server):
     """``ensemble`` without ``text_input`` but with as many inputs as it requires: Triton 2.51 runs
     it and answers nothing; through the edge (the front's stream proxy) it is refused, naming it."""
     from client import RendererClient
+    from launcher import cli as launch
 
+    pid = launch.running_pid(server)
     tensors = {
         "max_tokens": np.array([[4]], np.int32),
         "bad_words": np.array([[b""]], object),
@@ -141,6 +143,7 @@ def test_a_request_missing_a_required_input_is_named_on_a_stream(server):
         assert e.value.kind == "client", repr(e.value)
         out = list(c.stream("ensemble", {"text_input": np.array([[b"The capital of France is"]], object), **tensors}))
         assert out  # the stream still serves a whole request
+    assert launch.running_pid(server) == pid
 
 
 # Refusals by the models themselves: a generation stream brings them without a code (no

@@ -158,3 +158,17 @@ def test_engine_refusals():
         trtllm_inputs.parse(getter(**{**base, "input_ids": [1, 100]}), vocab_size=100)
     with pytest.raises(InvalidParamsError, match="request_output_len must be at least 1"):
         trtllm_inputs.parse(getter(**{**base, "request_output_len": [0]}), vocab_size=100)
+
+
+def test_a_plain_engine_refuses_streaming_in_tensorrt_llms_words():
+    """TensorRT-LLM deployed without decoupled mode (``decoupled_mode: false``) refuses a streamed
+    request; a decoupled one takes it, and a plain one takes a plain one."""
+    from renderer.errors import EngineError
+
+    streamed = getter(input_ids=[1, 2], request_output_len=[4], streaming=[True])
+    with pytest.raises(EngineError) as e:
+        trtllm_inputs.parse(streamed, 100, decoupled=False)
+    assert str(e.value) == "Streaming is only supported if model is deployed using decoupled mode."
+    assert trtllm_inputs.parse(streamed, 100).streaming
+    plain = getter(input_ids=[1, 2], request_output_len=[4], streaming=[False])
+    assert not trtllm_inputs.parse(plain, 100, decoupled=False).streaming

@@ -29,7 +29,6 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs
-from renderer.errors import EngineError
 from engines.standin import Generator
 from triton_io import tensors as io
 from triton_io.outbox import ResponseOutbox
@@ -38,8 +37,6 @@ from triton_io.outbox import ResponseOutbox
 OUT = io.StageOutputs("llm")
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# TensorRT-LLM's refusal of a streamed request to an engine deployed without decoupled mode.
-STREAMING_NEEDS_DECOUPLED = "Streaming is only supported if model is deployed using decoupled mode."
 
 
 class TritonPythonModel:
@@ -67,9 +64,8 @@ class TritonPythonModel:
                     self.generator.vocab_size,
                     request_id=request.request_id(),
                     encoder_decoder=self.generator.is_encoder_decoder,
+                    decoupled=self.decoupled,
                 )
-                if req.streaming and not self.decoupled:
-                    raise EngineError(STREAMING_NEEDS_DECOUPLED)
             except Exception as e:  # noqa: BLE001 - the error goes to this request only
                 sender.send(io.error_response(e, self.name), flags=FINAL)
                 continue
