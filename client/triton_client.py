@@ -14,6 +14,7 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
@@ -45,22 +46,29 @@ INVALID_ARGUMENT and kin), ``internal`` (a server fault: HTTP 500, gRPC INTERNAL
 ``unknown`` (the error came without a status and is not one of Triton's request checks, e.g. an
 SSE error event after the 200 header)."""
 
-_GRPC_KINDS: dict[str, ErrorKind] = {
-    **dict.fromkeys(
-        (
-            "INVALID_ARGUMENT",
-            "NOT_FOUND",
-            "OUT_OF_RANGE",
-            "FAILED_PRECONDITION",
-            "ALREADY_EXISTS",
-            "UNIMPLEMENTED",
-            "PERMISSION_DENIED",
-            "UNAUTHENTICATED",
-        ),
-        "client",
-    ),
-    **dict.fromkeys(("INTERNAL", "UNKNOWN", "DATA_LOSS"), "internal"),
-    **dict.fromkeys(("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED"), "unavailable"),
+# Every gRPC status code as the HTTP status that means the same, for the client and the OpenAI front
+# alike (the kind of either follows from the HTTP status, ``error_kind``). Google's canonical
+# mapping (google.rpc.Code), except where Triton gives a code another sense: UNIMPLEMENTED is its
+# answer to a call a model cannot take (ModelInfer on a decoupled model), the client's choice, which
+# the edge answers on HTTP as a 400 too; CANCELLED and ABORTED (Google: 499, 409) come from a
+# server that stops a request it had taken (stopping, restarting), so they are a 503 to retry.
+GRPC_HTTP_STATUS: dict[str, HTTPStatus] = {
+    "INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST,
+    "FAILED_PRECONDITION": HTTPStatus.BAD_REQUEST,
+    "OUT_OF_RANGE": HTTPStatus.BAD_REQUEST,
+    "UNIMPLEMENTED": HTTPStatus.BAD_REQUEST,
+    "UNAUTHENTICATED": HTTPStatus.UNAUTHORIZED,
+    "PERMISSION_DENIED": HTTPStatus.FORBIDDEN,
+    "NOT_FOUND": HTTPStatus.NOT_FOUND,
+    "ALREADY_EXISTS": HTTPStatus.CONFLICT,
+    "RESOURCE_EXHAUSTED": HTTPStatus.TOO_MANY_REQUESTS,
+    "INTERNAL": HTTPStatus.INTERNAL_SERVER_ERROR,
+    "UNKNOWN": HTTPStatus.INTERNAL_SERVER_ERROR,
+    "DATA_LOSS": HTTPStatus.INTERNAL_SERVER_ERROR,
+    "UNAVAILABLE": HTTPStatus.SERVICE_UNAVAILABLE,
+    "CANCELLED": HTTPStatus.SERVICE_UNAVAILABLE,
+    "ABORTED": HTTPStatus.SERVICE_UNAVAILABLE,
+    "DEADLINE_EXCEEDED": HTTPStatus.GATEWAY_TIMEOUT,
 }
 _HTTP_UNAVAILABLE = {408, 429, 502, 503, 504}
 
@@ -138,7 +146,14 @@ def error_kind(status: object) -> ErrorKind:
         if 400 <= code < 500:
             return "client"
         return "internal" if 500 <= code < 600 else "unknown"
-    return _GRPC_KINDS.get(s.removeprefix("StatusCode."), "unknown")
+    http = grpc_http_status(s)
+    return "unknown" if http is None else error_kind(http.value)
+
+
+def grpc_http_status(code: object) -> HTTPStatus | None:
+    """The HTTP status a gRPC status code ("StatusCode.NOT_FOUND" or "NOT_FOUND") stands for;
+    None for anything that is not a gRPC code."""
+    return GRPC_HTTP_STATUS.get(str(code).strip().removeprefix("StatusCode."))
 
 
 class RequestError(Exception):

@@ -32,14 +32,6 @@ POST_PROCESSORS: dict[str, tuple[str, ...]] = {
     POST_PROCESSOR: (),
     "detokenize_enc_dec": ("decoder_input_ids", "decoder_input_lengths"),
 }
-# A gRPC status code as an HTTP status; any other code is a 500.
-GRPC_STATUS = {
-    "StatusCode.INVALID_ARGUMENT": HTTPStatus.BAD_REQUEST,
-    "StatusCode.NOT_FOUND": HTTPStatus.NOT_FOUND,
-    "StatusCode.UNIMPLEMENTED": HTTPStatus.NOT_IMPLEMENTED,
-    # Triton not reachable: starting, restarting after a crash, or gone. The client may retry.
-    "StatusCode.UNAVAILABLE": HTTPStatus.SERVICE_UNAVAILABLE,
-}
 # What grpc's asyncio client reports when a call fails in its own transport before any status came
 # from the server (Triton ended the connection mid-call: killed, crashed, restarting). The call had
 # no verdict; it is Triton being away, not an internal error of the request (seen in CI as a 500
@@ -186,7 +178,7 @@ def _error(e: Exception, front_model: bool = True) -> FrontError:
     import grpc
     from tritonclient.utils import InferenceServerException
 
-    from client import stream_error_kind, strip_ensemble_prefix
+    from client import grpc_http_status, stream_error_kind, strip_ensemble_prefix
     from renderer.errors import parameter_of
 
     if isinstance(e, grpc.RpcError):  # the call itself failed (transport, deadline)
@@ -198,7 +190,7 @@ def _error(e: Exception, front_model: bool = True) -> FrontError:
     if code in ("", "None"):  # a request's error on a stream
         status = STREAM_ERRORS[stream_error_kind(message)]
     else:
-        status = GRPC_STATUS.get(code, HTTPStatus.INTERNAL_SERVER_ERROR)
+        status = grpc_http_status(code) or HTTPStatus.INTERNAL_SERVER_ERROR
     if (code, message) == GRPC_LOST_STATUS:
         status = HTTPStatus.SERVICE_UNAVAILABLE
     if front_model and "Request for unknown model" in message:

@@ -12,11 +12,12 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
+import grpc
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from client import RendererClient, RequestError, error_kind, stream_error_kind, triton_check_kind
+from client import RendererClient, RequestError, error_kind, grpc_http_status, stream_error_kind, triton_check_kind
 
 
 @pytest.mark.parametrize(
@@ -47,6 +48,33 @@ def test_error_kind(status: Any, kind: str) -> None:
     assert error_kind(status) == kind
     e = RequestError(status, "a message")
     assert e.kind == kind and e.is_client_error == (kind == "client")
+
+
+# Whose fault each gRPC code is, as the client reported it before the client and the front shared
+# one table: the shared table must keep every one of these.
+GRPC_KINDS = {
+    **dict.fromkeys(
+        ("INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ALREADY_EXISTS", "UNIMPLEMENTED"),
+        "client",
+    ),
+    **dict.fromkeys(("PERMISSION_DENIED", "UNAUTHENTICATED"), "client"),
+    **dict.fromkeys(("INTERNAL", "UNKNOWN", "DATA_LOSS"), "internal"),
+    **dict.fromkeys(("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "ABORTED"), "unavailable"),
+}
+
+
+@pytest.mark.parametrize("code", [c.name for c in grpc.StatusCode if c is not grpc.StatusCode.OK])
+def test_every_grpc_code_means_one_http_status_and_kind(code: str) -> None:
+    """The client's kind and the OpenAI front's HTTP status of a gRPC code come from one table:
+    every code grpc defines is in it, and its kind read from the code equals the kind of the HTTP
+    status the front answers."""
+    from openai_front.triton import _error as front_error
+
+    http = grpc_http_status(f"StatusCode.{code}")
+    assert http is not None, f"{code} has no HTTP status: the front would answer it as a 500"
+    assert error_kind(f"StatusCode.{code}") == error_kind(http.value) == GRPC_KINDS[code]
+    answered = front_error(InferenceServerException("a message", status=f"StatusCode.{code}"))
+    assert answered.status == http
 
 
 def test_no_status_is_empty_and_never_a_client_error() -> None:
