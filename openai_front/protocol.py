@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from pydantic_core import InitErrorDetails
 
+from renderer.chat.params import REQUEST_FIELDS as CHAT_REQUEST_FIELDS
 from renderer.chat.request import ChatRequestModel, format_validation_error
 from renderer.errors import (
     BodyNotObjectError,
@@ -120,18 +121,6 @@ def validation_location(message: str) -> str | None:
     return found.group(1) if found else None
 
 
-# chat_params fields (vLLM's request fields that shape the rendered chat).
-CHAT_FIELDS = (
-    "chat_template",
-    "chat_template_kwargs",
-    "add_generation_prompt",
-    "continue_final_message",
-    "tools",
-    "tool_choice",
-    "documents",
-    "media_io_kwargs",
-    "mm_processor_kwargs",
-)
 # Fields forwarded even as an explicit null: vLLM tells ``tool_choice: null`` (accepted, no tool
 # use) from an absent one (defaults to "auto" when tools are given).
 NULL_MEANS_SOMETHING = frozenset({"tool_choice"})
@@ -568,7 +557,10 @@ def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if not isinstance(messages, list):
         raise FrontRequestError("messages must be a list of chat messages.", parameter="messages")
     t = {"messages": _json(messages)}
-    chat = {k: body[k] for k in CHAT_FIELDS if body.get(k) is not None or (k in NULL_MEANS_SOMETHING and k in body)}
+    # chat_params: vLLM's request fields that shape the rendered chat, as the renderer reads them.
+    chat = {
+        k: body[k] for k in CHAT_REQUEST_FIELDS if body.get(k) is not None or (k in NULL_MEANS_SOMETHING and k in body)
+    }
     if chat:
         t["chat_params"] = _json(chat)
     return _with_extras(t, body)

@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 from openai_front.protocol import FrontError, ModelCard, completion_tensors, generation_plan
 from openai_front.responses import error_body
 from openai_front.triton import _error
+from renderer.chat.params import REQUEST_FIELDS
 from renderer.errors import FrontRequestError, RenderError
 
 CARD = ModelCard(name="m", max_model_len=2048, sampling_defaults={"top_k": 20, "temperature": 0.6})
@@ -50,6 +51,27 @@ def test_chat_fields_and_tokenize_fields_reach_their_bags():
     assert chat["continue_final_message"] and not chat["add_generation_prompt"] and chat["tools"]
     assert json.loads(plan.tensors["tokenize_params"][0, 0]) == {"truncate_prompt_tokens": 9}
     assert (plan.max_tokens, plan.stream, plan.include_usage) == (7, True, True)
+
+
+# A value of each field the renderer's chat_params takes (renderer/chat/params.py).
+CHAT_FIELD_VALUES = {
+    "chat_template": "{{ messages[0].content }}",
+    "chat_template_content_format": "openai",
+    "chat_template_kwargs": {"enable_thinking": False},
+    "add_generation_prompt": False,
+    "continue_final_message": True,
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": "none",
+    "documents": [{"title": "t", "text": "x"}],
+    "media_io_kwargs": {"image": {}},
+    "mm_processor_kwargs": {"max_pixels": 1000},
+}
+
+
+@pytest.mark.parametrize("field", REQUEST_FIELDS)
+def test_every_chat_field_the_renderer_takes_reaches_chat_params(field):
+    plan = generation_plan({"messages": [], field: CHAT_FIELD_VALUES[field]}, CARD, chat=True)
+    assert json.loads(plan.tensors["chat_params"][0, 0]) == {field: CHAT_FIELD_VALUES[field]}
 
 
 @pytest.mark.parametrize(
