@@ -12,7 +12,16 @@ import pytest
 from chat_cases import CASES
 from chat_servers import port, render_only_model_dir, start_chat_server
 from chat_servers import tokenizer_dirs as chat_tokenizer_dirs
-from chat_rules import BAD_MESSAGES, BAD_PARAMS, HOSTILE, VLLM_REFUSED, hf_apply, tools_rendered
+from chat_rules import (
+    BAD_MESSAGES,
+    BAD_PARAMS,
+    HOSTILE,
+    VLLM_REFUSED,
+    hf_apply,
+    hf_reference,
+    sent_as_is,
+    tools_rendered,
+)
 
 from client import RendererClient, RequestError
 from renderer.chat import (
@@ -55,9 +64,14 @@ def references(tokenizer_dirs):
 
 
 def reference(refs, name, case, *, tokenize):
-    """transformers' apply_chat_template on what vLLM hands it (parsed conversation, resolved
-    template, filtered kwargs, validated tools and documents)."""
+    """What the server must answer: transformers' apply_chat_template on the request as sent,
+    where vLLM hands it to the template so (``sent_as_is``); otherwise (content parts, tool calls,
+    tools: vLLM's own answers for those are tests/live/test_chat_vllm_fixtures_live.py's) the
+    renderer in process, its parse rendered and tokenized by transformers, so that the server
+    answers as the library does."""
     hf, chat = refs[name]
+    if sent_as_is(case):
+        return hf_reference(hf, case, tokenize=tokenize)
     params = ChatParams.from_request(copy.deepcopy(case.get("chat_params")))
     rendered = chat.render_messages(copy.deepcopy(case["messages"]), params)
     return hf_apply(hf, chat, rendered, params, tokenize=tokenize)

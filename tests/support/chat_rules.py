@@ -276,7 +276,9 @@ HOSTILE = [
 
 
 def hf_apply(hf, renderer: ChatRenderer, rendered, params: ChatParams, *, tokenize: bool):
-    """What vLLM hands transformers: the parsed conversation, the resolved template and kwargs."""
+    """transformers' ``apply_chat_template`` on the renderer's own parse (its conversation, resolved
+    template and kwargs, validated tools): the last step alone, for chats transformers cannot take
+    as sent (``sent_as_is``); not an oracle of the parse, which vLLM's recorded answers are."""
     request = validate_chat_request(HI, params.tools, params.documents)
     template = resolve_chat_template(renderer.source, params.request_template, request.tools)
     kwargs = resolve_template_kwargs(template, params.template_kwargs(request.documents))
@@ -297,3 +299,38 @@ def tools_rendered(params: dict | None) -> dict | None:
     if params and params.get("tools"):
         return {**params, "tool_choice": "none"}
     return params
+
+
+def sent_as_is(case: dict) -> bool:
+    """Whether vLLM hands this request to the template as the client sent it: every content a
+    string, no tool calls and no tools. vLLM joins or keeps content parts by the template's content
+    format, maps a developer turn to system for templates that never name it, parses tool calls'
+    arguments and hands tools over as its request model dumps them (absent fields as nulls); those
+    chats are held to vLLM's own recorded answers instead (tests/live/test_chat_vllm_fixtures_live.py)."""
+    return not (case.get("chat_params") or {}).get("tools") and all(
+        m.get("role") in ("system", "user", "assistant", "tool")
+        and isinstance(m.get("content"), str)
+        and "tool_calls" not in m
+        for m in case["messages"]
+    )
+
+
+def hf_reference(hf, case: dict, *, tokenize: bool):
+    """transformers' ``apply_chat_template`` on the request itself, as a client would call it: the
+    messages, tools and documents as sent, the request's template or the model's own, the request's
+    switches and kwargs; nothing of the renderer under test."""
+    params = dict(case.get("chat_params") or {})
+    kwargs = {
+        k: v for k, v in (params.get("chat_template_kwargs") or {}).items() if k not in ("chat_template", "tokenize")
+    }
+    kwargs.setdefault("add_generation_prompt", params.get("add_generation_prompt", True))
+    kwargs.setdefault("continue_final_message", params.get("continue_final_message", False))
+    return hf.apply_chat_template(
+        case["messages"],
+        tools=params.get("tools"),
+        documents=params.get("documents"),
+        chat_template=params.get("chat_template"),
+        tokenize=tokenize,
+        return_dict=False,
+        **kwargs,
+    )
