@@ -93,7 +93,7 @@ class Generator:
                 logits = process_logits(out.logits[0, -1].float(), req, history, generated)
                 token = pick(logits, req, gen)
                 generated.append(token)
-                done = n == budget - 1 or stops(req, generated)
+                done = n == budget - 1 or req.ends(generated)
                 yield Step([token], done)
                 if done:
                     return
@@ -154,7 +154,7 @@ class Generator:
 
         class Stop(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                done = stops(req, generated) or (cancelled is not None and cancelled.is_set())
+                done = req.ends(generated) or (cancelled is not None and cancelled.is_set())
                 return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
 
         ids = torch.tensor([req.input_ids], device=self.device)
@@ -202,15 +202,6 @@ class Generator:
         worker.join()
         if errors:
             raise errors[0]
-
-
-def stops(req: EngineRequest, generated: list[int]) -> bool:
-    """TensorRT-LLM's end conditions after the latest id: ``end_id`` or a stop word (after ``min_tokens``)."""
-    if len(generated) < max(req.min_tokens, 1):
-        return False
-    if generated[-1] == req.end_id:
-        return True
-    return any(len(w) <= len(generated) and tuple(generated[-len(w) :]) == w for w in req.stop_words)
 
 
 def process_logits(logits: Any, req: EngineRequest, history: list[int], generated: list[int]) -> Any:

@@ -11,6 +11,7 @@ refused by name rather than ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -92,6 +93,17 @@ class EngineRequest:
     @property
     def prompt_len(self) -> int:
         return len(self.input_ids)
+
+    def ends(self, generated: Sequence[int]) -> bool:
+        """TensorRT-LLM's end rule after the latest generated id: never before ``min_tokens`` ids
+        (and at least one); then on ``end_id``, or where the output ends with a stop word (which it
+        keeps). Every engine behind ``llm`` stops by this one rule."""
+        if len(generated) < max(self.min_tokens, 1):
+            return False
+        if generated[-1] == self.end_id:
+            return True
+        n = len(generated)
+        return any(len(w) <= n and tuple(generated[n - len(w) :]) == w for w in self.stop_words)
 
 
 def _ids(get: Getter, name: str) -> list[int] | None:

@@ -172,3 +172,30 @@ def test_a_plain_engine_refuses_streaming_in_tensorrt_llms_words():
     assert trtllm_inputs.parse(streamed, 100).streaming
     plain = getter(input_ids=[1, 2], request_output_len=[4], streaming=[False])
     assert not trtllm_inputs.parse(plain, 100, decoupled=False).streaming
+
+
+@pytest.mark.parametrize(
+    "generated, ends",
+    [
+        ([5], False),  # min_tokens 2 not reached, even on end_id below
+        ([9], False),
+        ([5, 9], True),  # end_id
+        ([5, 7], True),  # a one-id stop word, kept
+        ([3, 4], False),  # a two-id word not yet complete
+        ([3, 4, 5], True),  # ... complete
+        ([4, 5], False),  # its tail alone is no stop word
+        ([1, 2, 3], False),
+    ],
+)
+def test_the_end_rule_is_tensorrt_llms(generated, ends):
+    req = trtllm_inputs.EngineRequest(
+        input_ids=[1], prompt_embeds=None, max_tokens=8, end_id=9, stop_words=((7,), (3, 4, 5)), min_tokens=2
+    )
+    assert req.ends(generated) is ends
+
+
+def test_min_tokens_keeps_a_stop_word_that_completes_too_early():
+    req = trtllm_inputs.EngineRequest(
+        input_ids=[1], prompt_embeds=None, max_tokens=8, stop_words=((3, 4),), min_tokens=3
+    )
+    assert not req.ends([3, 4]) and req.ends([3, 4, 3, 4]) and not req.ends([3, 4, 3])

@@ -185,7 +185,6 @@ class VllmEngineModel:
         vllm_id = f"{req.request_id or 'req'}-{next(self._ids)}"
         if req.request_id:
             self._running[req.request_id] = vllm_id
-        long_words = [w for w in req.stop_words if len(w) > 1]
         generated: list[int] = []
         done = False
         try:
@@ -195,7 +194,7 @@ class VllmEngineModel:
                 async for out in outputs:
                     delta = list(out.outputs[0].token_ids)
                     done = out.finished
-                    cut = _stop_word_end(generated, delta, long_words, req.min_tokens)
+                    cut = _stop_word_end(generated, delta, req)
                     if cut is not None:
                         delta, done = delta[:cut], True
                     generated += delta
@@ -233,13 +232,12 @@ class VllmEngineModel:
         return self._torch.tensor(values, dtype=getattr(self._torch, ENGINE_OUTPUTS[name].np_dtype.__name__))
 
 
-def _stop_word_end(generated: list[int], delta: list[int], words: list[tuple[int, ...]], min_tokens: int) -> int | None:
-    """How many ids of ``delta`` to keep when a multi-id stop word completes inside it."""
+def _stop_word_end(generated: list[int], delta: list[int], req: trtllm_inputs.EngineRequest) -> int | None:
+    """How many ids of ``delta`` to keep where TensorRT-LLM's end rule (``EngineRequest.ends``)
+    ends the output inside it: a multi-id stop word vLLM cannot stop on itself."""
     seq = list(generated)
     for k, token in enumerate(delta):
         seq.append(token)
-        if len(seq) < max(min_tokens, 1):
-            continue
-        if any(len(w) <= len(seq) and tuple(seq[-len(w) :]) == w for w in words):
+        if req.ends(seq):
             return k + 1
     return None
