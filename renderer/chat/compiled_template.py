@@ -42,6 +42,7 @@ import jinja2.nodes as nodes
 
 from .apply import apply_chat_template
 from .sandbox import ENV, TemplateLimits
+from .shape import PLAIN_KEYS, valid_utf8
 
 ENGINES = ("auto", "jinja2")
 
@@ -122,10 +123,9 @@ def unsupported_construct(ast: nodes.Template) -> str | None:
     return None
 
 
-# The message keys a chat may be cut down to: those the probe gives its messages, so that each is
-# exercised (and ``name`` both present and absent). None of them is also a dict method's name,
-# which Jinja's ``message.key`` would find before the item.
-_PROJECTABLE_KEYS = frozenset({"role", "content", "name"})
+# A chat may be cut down to the plain keys (``shape.PLAIN_KEYS``): those the probe gives its
+# messages, so that each is exercised (and ``name`` both present and absent). None of them is also
+# a dict method's name, which Jinja's ``message.key`` would find before the item.
 
 
 def message_keys(ast: nodes.Template) -> frozenset[str] | None:
@@ -182,7 +182,7 @@ def message_keys(ast: nodes.Template) -> frozenset[str] | None:
             key = _key_read(name, parents)
         else:
             continue
-        if key not in _PROJECTABLE_KEYS:
+        if key not in PLAIN_KEYS:
             return None
         keys.add(key)  # type: ignore[arg-type]
     return frozenset(keys)
@@ -278,13 +278,8 @@ def is_plain(conversation: list[Any], required: frozenset[str] = _ROLE_AND_CONTE
         if type(message) is not dict or not required.issubset(message):
             return False
         for key, value in message.items():
-            if key not in _PROJECTABLE_KEYS or type(value) is not str:
+            if key not in PLAIN_KEYS or type(value) is not str or not valid_utf8(value):
                 return False
-            if not value.isascii():
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError:
-                    return False
     return bool(conversation)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..json_fields import MAX_NESTING_DEPTH, json_text_depth
+from .shape import plain_fields
 from .tool_choice import UNSET
 
 # The role values whose message pydantic validates as OpenAI's system, user or developer type
@@ -78,18 +79,13 @@ def fast_validate(
 
 
 def _plain(msg: dict[str, Any], role: str) -> dict[str, Any] | None:
-    content = msg.get("content")
-    if type(content) is not str:
+    fields = plain_fields(msg)
+    if fields is None:
         return None
-    size = len(msg)
+    _, content, name = fields
     rebuilt = {"content": content, "role": role}
-    if size == 3:  # role, content and one more key, which must be name
-        name = msg.get("name")
-        if type(name) is not str:
-            return None
+    if name is not None:
         rebuilt["name"] = name
-    elif size != 2:  # only role and content (both found above)
-        return None
     return rebuilt
 
 

@@ -45,6 +45,7 @@ from ..errors import (
 )
 from ..errors import parameter_suffix
 from .request import ChatCompletionContentPartParam, content_parts, sanitize_message
+from .shape import plain_fields
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
 """Part types parsed as text."""
@@ -224,19 +225,10 @@ def plain_message(msg: Any, fmt: str) -> dict[str, Any] | None:
     and ``content``, and maybe ``name``: most of any chat), built in one step; None for anything
     else. Per message, the general parse costs about four times as much for the same result
     (``tests/unit/test_chat_fast_path.py`` holds the two equal)."""
-    if type(msg) is not dict:
+    fields = plain_fields(msg)
+    if fields is None or fields[0] not in _PLAIN_ROLES:
         return None
-    role = msg.get("role")
-    content = msg.get("content")
-    if type(role) is not str or type(content) is not str or role not in _PLAIN_ROLES:
-        return None
-    size = len(msg)
-    if size == 3:
-        name = msg.get("name")
-        if type(name) is not str:
-            return None
-    elif size != 2:
-        return None
+    role, content, name = fields
     if role == "system" and content.startswith(BILLING_HEADER):
         return None
     # One text part: "string" joins the non-empty texts (this one, or none: "" either way);
@@ -245,7 +237,7 @@ def plain_message(msg: Any, fmt: str) -> dict[str, Any] | None:
         "role": role,
         "content": content if fmt != "openai" else [{"type": "text", "text": content}],
     }
-    if size == 3:
+    if name is not None:
         result["name"] = name
     if role == "developer":
         result["tools"] = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .messages import plain_message
+from .shape import valid_utf8
 
 if TYPE_CHECKING:
     from ..output_parsers.request import OutputParsing
@@ -64,20 +65,9 @@ def plain_conversation(messages: Any) -> list[dict[str, str]] | None:
     conversation = []
     for msg in messages:
         parsed = plain_message(msg, "string")
-        if parsed is None or parsed["role"] not in _ROLES or not _utf8(parsed["content"]):
+        if parsed is None or parsed["role"] not in _ROLES or not valid_utf8(parsed["content"]):
             return None
-        if "name" in parsed and not _utf8(parsed["name"]):
+        if "name" in parsed and not valid_utf8(parsed["name"]):
             return None
         conversation.append(parsed)
     return conversation
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
