@@ -8,7 +8,7 @@ BUILD_DIR ?= build
 DEFAULT_MODEL := $(BUILD_DIR)/models/smollm2-135m-instruct
 PYTEST_ARGS ?=
 
-.PHONY: venv model edge serve start stop status test unit clean
+.PHONY: venv model edge prometheus serve start stop status test unit clean
 
 # One set of pinned lists (requirements*.txt) for this venv and for docker/Dockerfile: the images
 # install requirements-runtime.txt (requirements.txt adds the test tools), and the GPU image leaves
@@ -35,6 +35,15 @@ edge:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light \
 	  || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light; }; }
 
+# Prometheus, Debian's package, for the live test that evaluates the autoscaler's query and the
+# Grafana dashboard (tests/live/test_autoscaling_signal_live.py): installed where missing, run by the
+# test itself with its own config and storage (the package's service is not used).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || test -x /usr/bin/prometheus || { \
+	  echo "installing prometheus (the autoscaling-signal test's Prometheus)"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus \
+	  || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }; }
+
 # Foreground server on 127.0.0.1:8000 (HTTP), 8001 (gRPC), 8002 (metrics).
 # MODEL_DIR=/path/to/hf-model serves your own model; see README for every setting.
 serve: model edge
@@ -51,8 +60,8 @@ status:
 
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
-# the tests drive (perf_analyzer, genai-perf) are installed first.
-test: lint model edge perf-analyzer genai-perf
+# the tests drive (perf_analyzer, genai-perf) and Prometheus are installed first.
+test: lint model edge prometheus perf-analyzer genai-perf
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image" $(PYTEST_ARGS)
 
 # ruff's lint rules and format check (pyproject.toml); `make format` applies the layout.

@@ -29,9 +29,10 @@ class ServerStartRefusedError(RuntimeError):
     """A test not marked `live` tried to start a server (`make unit` must start none)."""
 
 
-# What a unit test must never start: Triton, the container entrypoint (or a container) and the load tools as
-# programs; the launcher's supervisor and front as modules, and the launcher with a start command.
-_SERVER_PROGRAMS = frozenset({"tritonserver", "entrypoint.sh", "perf_analyzer", "genai-perf", "podman"})
+# What a unit test must never start: Triton, the container entrypoint (or a container), the load
+# tools and Prometheus as programs; the launcher's supervisor and front as modules, and the launcher
+# with a start command.
+_SERVER_PROGRAMS = frozenset({"tritonserver", "entrypoint.sh", "perf_analyzer", "genai-perf", "podman", "prometheus"})
 _SERVER_MODULES = frozenset({"launcher.supervisor", "openai_front"})
 _STARTING_LAUNCH_COMMANDS = frozenset({"serve", "start"})
 

@@ -338,7 +338,19 @@ def overload_section(path: Path) -> list[str]:
         "only as the fallback.\n",
         _table(heads, rows),
         "",
+        _PROMETHEUS_SIGNAL,
+        "",
     ]
+
+
+# Measured by a live test, not by the benchmarks: the figures live beside the manifests.
+_PROMETHEUS_SIGNAL = (
+    "The same signal as the HPA reads it, on a real Prometheus: `tests/live/test_autoscaling_signal_live.py` "
+    "(part of `make test`) evaluates the adapter's very `metricsQuery`, filled as prometheus-adapter fills it, "
+    "on a scraped render-only pod that perf_analyzer drives from idle to overload and back to a light load; "
+    "the HPA's target lies between the light-load and the overload values. The figures, and the Grafana "
+    "dashboard on the same series: `docker/k8s/metrics/README.md`."
+)
 
 
 # The device image's python lacks two of the renderer's imports; they travel as wheels.

@@ -162,6 +162,21 @@ def test_autoscaler_scales_on_the_queue_time_metric_the_adapter_publishes(render
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
 
 
+def test_podmonitor_scrapes_both_metrics_endpoints_of_the_pods(rendered):
+    """docker/k8s/metrics/podmonitor.yaml selects the Deployment's pods and scrapes Triton's port
+    (the HPA's series) and the front's (the dashboard's latency), by the container's port names."""
+    monitor = yaml.safe_load((K8S / "metrics" / "podmonitor.yaml").read_text())
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    for overlay in sorted(OVERLAYS):
+        deploy = one(rendered[overlay], "Deployment")
+        assert monitor["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"], overlay
+        (c,) = deploy["spec"]["template"]["spec"]["containers"]
+        names = {p["name"] for p in c["ports"]}
+        endpoints = monitor["spec"]["podMetricsEndpoints"]
+        assert sorted(e["port"] for e in endpoints) == ["metrics", "openai"] and names >= {"metrics", "openai"}
+        assert all(e["path"] == "/metrics" for e in endpoints)
+
+
 def test_loadtest_job_targets_the_service(rendered):
     job = one(rendered["loadtest"], "Job")
     (c,) = job["spec"]["template"]["spec"]["containers"]
