@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-from renderer.errors import BodyNestingError, BodyNotJSONError, BodyNotObjectError, BodyTooLargeError
+from .errors import BodyNestingError, BodyNotJSONError, BodyNotObjectError, BodyTooLargeError
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """The launcher passes MAX_INPUT_BYTES, the ensembles' own limit per input tensor."""

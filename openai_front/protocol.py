@@ -29,6 +29,15 @@ from pydantic_core import InitErrorDetails
 from renderer.chat.params import REQUEST_FIELDS as CHAT_REQUEST_FIELDS
 from renderer.chat.request import ChatRequestModel, format_validation_error
 from renderer.errors import (
+    NoPromptError,
+    OutputOverContextError,
+    RenderError,
+    SamplingRangeError,
+    TruncationOverContextError,
+)
+from renderer.sampling import SAMPLING_FIELDS, SamplingParams
+
+from .errors import (
     BodyNotObjectError,
     CacheSaltFieldError,
     CacheSaltFormError,
@@ -38,21 +47,15 @@ from renderer.errors import (
     LogprobsRangeError,
     LogprobsTypeError,
     MessagesNotIterableError,
-    NoPromptError,
     NoPromptGivenError,
-    OutputOverContextError,
     PromptLogprobsStreamError,
-    RenderError,
     RequestModelError,
-    SamplingRangeError,
     SingleChoiceError,
     StreamOptionsError,
     TopLogprobsWithoutLogprobsError,
-    TruncationOverContextError,
     UnknownModelError,
     UnsupportedFieldError,
 )
-from renderer.sampling import SAMPLING_FIELDS, SamplingParams
 
 
 class FrontError(Exception):

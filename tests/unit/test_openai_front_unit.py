@@ -14,7 +14,8 @@ from openai_front.protocol import FrontError, ModelCard, completion_tensors, gen
 from openai_front.responses import error_body
 from openai_front.triton import _error
 from renderer.chat.params import REQUEST_FIELDS
-from renderer.errors import FrontRequestError, RenderError
+from openai_front.errors import FrontRequestError
+from renderer.errors import RenderError
 
 CARD = ModelCard(name="m", max_model_len=2048, sampling_defaults={"top_k": 20, "temperature": 0.6})
 
@@ -282,7 +283,7 @@ def _read(raw: bytes, declared: str | None = None, limit: int = 1000) -> dict:
     ],
 )
 def test_body_refusals_are_named_400s(raw, error, message):
-    from renderer import errors
+    from openai_front import errors
 
     with pytest.raises(getattr(errors, error)) as e:
         _read(raw, limit=10**6)
@@ -290,7 +291,7 @@ def test_body_refusals_are_named_400s(raw, error, message):
 
 
 def test_body_size_limit_is_a_413_naming_both_sizes():
-    from renderer.errors import BodyTooLargeError
+    from openai_front.errors import BodyTooLargeError
 
     with pytest.raises(BodyTooLargeError) as e:
         _read(b"{}", declared="5000", limit=1000)  # refused on its header, before any byte is read
