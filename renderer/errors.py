@@ -114,6 +114,11 @@ class InvalidJSONError(InvalidParamsError):
         super().__init__(f"{what} is not valid JSON: {detail}")
 
 
+class ParamsNestingError(InvalidParamsError):
+    """A JSON parameter bag (``chat_params`` fields such as ``chat_template_kwargs``,
+    ``tokenize_params``, ``sampling_params``) nests deeper than ``MAX_NESTING_DEPTH``."""
+
+
 class TruncationSizeError(InvalidParamsError):
     """vLLM: truncate_prompt_tokens larger than max_total_tokens - max_output_tokens."""
 
@@ -302,6 +307,41 @@ class ChatTemplateLimitError(ChatTemplateError):
     """Rendering hit a sandbox bound: range size, loop iterations, output size, time or recursion."""
 
 
+class ChatTemplateNestingError(ChatTemplateSyntaxError):
+    """A chat template nests too deeply to parse or compile (Jinja's parser recursion, Python's
+    limit of 20 statically nested blocks, its compiler's recursion) or is too large to compile."""
+
+
+class ChatTemplateLiteralError(ChatTemplateSyntaxError):
+    """A chat template holds an integer literal longer than Python converts (4300 digits)."""
+
+
+# Request-supplied chat templates render in a separate process (renderer/chat/template_worker.py).
+
+
+class ChatTemplateWorkerError(ChatTemplateLimitError):
+    """A request's template failed in its render worker in a way the template's own errors do not
+    name; the worker was replaced."""
+
+
+class ChatTemplateSizeError(ChatTemplateLimitError):
+    """A request's template is larger than ``REQUEST_TEMPLATE_MAX_BYTES`` (checked before parsing)."""
+
+
+class ChatTemplateTimeoutError(ChatTemplateLimitError):
+    """A request's template ran past its wall-clock deadline or CPU limit; the worker was killed."""
+
+
+class ChatTemplateResourceError(ChatTemplateLimitError):
+    """A template ran out of memory: for a request's template, its worker's address-space cap
+    (``REQUEST_TEMPLATE_MEMORY_MB``)."""
+
+
+class ChatTemplateWorkerCrashError(ChatTemplateWorkerError):
+    """A request's template crashed its render worker (a signal such as SIGSEGV from a C-stack
+    overflow, or an unexpected exit)."""
+
+
 class ContinueFinalMessageError(ChatError):
     """``continue_final_message`` cannot continue the final message (transformers' checks)."""
 
@@ -427,49 +467,6 @@ class MissingMaxTokensError(MissingInputError):
 
 class LengthLimitError(TensorError):
     """The ``length_limit`` tensor ``tokenize`` hands on is not (max_total_tokens, max_output_tokens)."""
-
-
-# --- template worker (request-supplied chat templates render in a separate process) -----------
-
-
-class ChatTemplateWorkerError(ChatTemplateLimitError):
-    """A request's template failed in its render worker in a way the template's own errors do not
-    name; the worker was replaced."""
-
-
-class ChatTemplateSizeError(ChatTemplateLimitError):
-    """A request's template is larger than ``REQUEST_TEMPLATE_MAX_BYTES`` (checked before parsing)."""
-
-
-class ChatTemplateTimeoutError(ChatTemplateLimitError):
-    """A request's template ran past its wall-clock deadline or CPU limit; the worker was killed."""
-
-
-class ChatTemplateResourceError(ChatTemplateLimitError):
-    """A template ran out of memory: for a request's template, its worker's address-space cap
-    (``REQUEST_TEMPLATE_MEMORY_MB``)."""
-
-
-class ChatTemplateWorkerCrashError(ChatTemplateWorkerError):
-    """A request's template crashed its render worker (a signal such as SIGSEGV from a C-stack
-    overflow, or an unexpected exit)."""
-
-
-# --- hostile input ------------------------------------------------------------------------------
-
-
-class ParamsNestingError(InvalidParamsError):
-    """A JSON parameter bag (``chat_params`` fields such as ``chat_template_kwargs``,
-    ``tokenize_params``, ``sampling_params``) nests deeper than ``MAX_NESTING_DEPTH``."""
-
-
-class ChatTemplateNestingError(ChatTemplateSyntaxError):
-    """A chat template nests too deeply to parse or compile (Jinja's parser recursion, Python's
-    limit of 20 statically nested blocks, its compiler's recursion) or is too large to compile."""
-
-
-class ChatTemplateLiteralError(ChatTemplateSyntaxError):
-    """A chat template holds an integer literal longer than Python converts (4300 digits)."""
 
 
 # --- tool choice (vLLM's request model and online renderer) -------------------------------------
