@@ -113,9 +113,10 @@ ENGINE_OUTPUTS = _specs(
 # ``${logits_datatype}`` filled as docs/ENGINES.md fills it, TYPE_FP32). Its client scripts ask for
 # them by name, and Triton refuses a request for an output the model does not declare, so the
 # ``ensemble`` front declares every one, mapped from its post-processor, ``detokenize``.
-# ``batch_index`` and ``sequence_index`` are always 0 here (one prompt and one sequence per
-# request, as TensorRT-LLM numbers them); the others are never made: the inputs that ask for
-# them are refused by name (``renderer/trtllm_front.py``), never answered with made-up numbers.
+# ``batch_index`` is the row a response answers (0 for a request of one prompt; a batched request's
+# rows: ``renderer/batch_rows.py``) and ``sequence_index`` always 0 (one sequence per row, as
+# TensorRT-LLM numbers them); the others are never made: the inputs that ask for them are refused
+# by name (``renderer/trtllm_front.py``), never answered with made-up numbers.
 FRONT_OUTPUTS = _specs(
     ("cum_log_probs", "TYPE_FP32", (-1,)),
     ("output_log_probs", "TYPE_FP32", (-1, -1)),

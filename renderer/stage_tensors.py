@@ -259,6 +259,7 @@ STAGES: dict[str, StageTensors] = {
     "tokenize": StageTensors(
         inputs=(
             _t("prompt", "TYPE_STRING", (1,), optional=True),
+            _t("text_input", "TYPE_STRING", (1,), optional=True),
             _t("prompt_token_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
             _t("prompt_embeds", "TYPE_STRING", (1,), optional=True),
             _t("tokenize_params", "TYPE_STRING", (1,), optional=True),

@@ -61,6 +61,17 @@ def inputs(request: Any) -> dict[str, Any]:
 def get(request: Any, name: str) -> np.ndarray | None:
     """An input as a numpy array with the batch dimension checked and removed, or None.
     ``request``: the request, or its ``inputs(request)``."""
+    arr = get_batch(request, name)
+    if arr is None:
+        return None
+    if arr.ndim == 0 or arr.shape[0] != 1:
+        raise TensorShapeError(name, "have batch size 1 (one prompt per request)", f"shape {list(arr.shape)}")
+    return arr[0]
+
+
+def get_batch(request: Any, name: str) -> np.ndarray | None:
+    """An input as a numpy array with its batch dimension (the rows of a batched request to the
+    TensorRT-LLM front: ``renderer/batch_rows.py``), size checked, or None."""
     t = request.get(name) if type(request) is dict else pb_utils.get_input_tensor_by_name(request, name)
     if t is None:
         return None
@@ -74,9 +85,13 @@ def get(request: Any, name: str) -> np.ndarray | None:
         raise TensorError(
             f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.", parameter=name
         )
-    if arr.ndim == 0 or arr.shape[0] != 1:
-        raise TensorShapeError(name, "have batch size 1 (one prompt per request)", f"shape {list(arr.shape)}")
-    return arr[0]
+    return arr
+
+
+def batch_arrays(request: Any) -> dict[str, np.ndarray]:
+    """Every input of a request as ``get_batch`` reads it, by name."""
+    found = inputs(request)
+    return {name: arr for name in found if (arr := get_batch(found, name)) is not None}
 
 
 def get_bytes(request: Any, name: str) -> bytes | None:
@@ -216,6 +231,14 @@ class StageOutputs:
 
     def all(self, values: Mapping[str, Any]) -> list[Any]:
         return [self(name, value) for name, value in values.items()]
+
+    def batch(self, values: Mapping[str, np.ndarray]) -> list[Any]:
+        """Output tensors of arrays that already carry the batch dimension (a batched request's
+        rows, ``renderer.batch_rows.stack_rows``)."""
+        return [
+            pb_utils.Tensor(name, np.ascontiguousarray(arr, dtype=self.specs[name].np_dtype))
+            for name, arr in values.items()
+        ]
 
     def unbatched(self, name: str, value: Any) -> Any:
         """The tensor without the leading batch dimension: for an output whose consumers expect

@@ -9,14 +9,17 @@ and with the variants that ask for outputs by name (``--batch-inputs``: ``batch_
 server can give must come out as the script's own ``--check-outputs`` expects it (equal to the
 ``completion`` ensemble's greedy text: with neither ``top_k`` nor ``top_p`` TensorRT-LLM decodes
 greedily); what it cannot honour must come back as the server's 400 naming the input, which the
-script prints, never as a crash of the script on a missing output. tritonserver is the same
-process at the end.
+script prints, never as a crash of the script on a missing output. ``--batch-inputs`` with a JSON
+list of prompts sends them as one request of several rows, as TensorRT-LLM's ``ensemble`` takes
+them: each row comes back under its ``batch_index`` and ``--check-outputs`` holds each to its
+prompt's greedy text. tritonserver is the same process at the end.
 
 The engine is also deployed as TensorRT-LLM's ``decoupled_mode: false`` (``LLM_DECOUPLED=0``, a
 second server here): ``inflight_batcher_llm_client.py`` then sends plain requests, is answered with
 one response each (a stop with an empty one, as upstream's docs run ``--stop-after-ms`` with a
 ``--request-id``), and a streamed request gets TensorRT-LLM's refusal; the generation ensembles
-still serve both their modes, since ``detokenize`` asks such an engine for one response.
+still serve both their modes, since ``detokenize`` asks such an engine for one response. A batch of
+several prompts gets TensorRT-LLM's refusal too, as its ``tensorrt_llm`` deployed so answers one.
 """
 
 from __future__ import annotations
@@ -97,6 +100,26 @@ def test_end_to_end_client_gets_the_greedy_text(url, pid, greedy, args):
         assert f"0: {shown}\n" in got.stdout, got.stdout
 
 
+@pytest.mark.parametrize(
+    "args",
+    [[], ["-S"], ["--exclude-input-in-output"], ["-S", "--exclude-input-in-output"]],
+    ids=lambda a: " ".join(a) or "whole",
+)
+def test_end_to_end_client_batches_several_prompts_in_one_request(url, pid, greedy, args):
+    """``--batch-inputs``: one request of two rows; the script files each response under its
+    ``batch_index`` and its ``--check-outputs`` holds each row to its prompt's greedy text."""
+    got = end_to_end(url, json.dumps(PROMPTS), "--batch-inputs", *args, expected=[greedy[p] for p in PROMPTS])
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "error" not in got.stdout.lower(), got.stdout
+    if "-S" in args:  # each row's pieces, printed as they come under their batch_index, then joined
+        assert {line.split(" ", 1)[0] for line in got.stdout.splitlines() if line[:2] in ("0 ", "1 ")} == {"0", "1"}
+        assert got.stdout.endswith("".join(greedy[p] + "\n" for p in PROMPTS)), got.stdout
+    else:
+        for row, p in enumerate(PROMPTS):
+            shown = greedy[p] if "--exclude-input-in-output" in args else p + greedy[p]
+            assert f"{row}: {shown}\n" in got.stdout, got.stdout
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_end_to_end_client_with_several_prompts(url, greedy, stream):
     """A JSON list of prompts: one request each (the script's default), answered in order."""
@@ -116,7 +139,7 @@ def test_end_to_end_client_with_several_prompts(url, greedy, stream):
         (["--return-context-logits"], "return_context_logits", "logits are not returned"),
         (["--return-generation-logits"], "return_generation_logits", "logits are not returned"),
         (["--return-perf-metrics"], "return_perf_metrics", "per-request engine metrics are not returned"),
-        (["--batch-inputs", "-p", json.dumps(PROMPTS)], "prompt", "batch size 1 (one prompt per request)"),
+        (["--batch-inputs", "-p", json.dumps(PROMPTS), "-b", "2"], "beam_width", "beam search is not served"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else "",
 )
@@ -206,6 +229,21 @@ def test_a_plain_engine_refuses_streaming_in_tensorrt_llms_words(plain_engine):
     got = inflight(plain_engine, "--request-output-len", str(TOKENS), "--streaming")
     assert got.returncode != 0
     assert "Streaming is only supported if model is deployed using decoupled mode." in got.stdout + got.stderr
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_plain_engine_refuses_a_batch_in_tensorrt_llms_words(plain_engine, stream):
+    """TensorRT-LLM's ``tensorrt_llm`` deployed with ``decoupled_mode:false`` refuses a request of
+    more than one row (its ``utils.cc``, ``createRequestsFromInputTensors``): so does the
+    ``ensemble`` over such an engine, streamed or not."""
+    url = f"{plain_engine.host}:{plain_engine.grpc_port}"
+    args = ["--batch-inputs", "-p", json.dumps(PROMPTS), *(["-S"] if stream else [])]
+    got = run("end_to_end_grpc_client.py", "-u", url, "-o", str(TOKENS), *args)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "Received an error from server:" in got.stdout, got.stdout
+    assert "Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy" in got.stdout, (
+        got.stdout
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

@@ -26,11 +26,18 @@ started, prefilled and stepped once only to be stopped.
 
 Each request runs on its own thread (the engine's response iterator blocks), so one instance
 serves many at once.
+
+A request of several rows (a batch of prompts to the TensorRT-LLM front, ``renderer/batch_rows.py``)
+runs one generation per row, as TensorRT-LLM's ``tensorrt_llm`` splits it: each row on a thread of
+its own, its responses tagged with its ``batch_index``, the FINAL flag on the last response of the
+request. A row the engine refuses ends the request: the other rows are stopped and the row's error
+is the last response.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import uuid
 from typing import Any
@@ -38,9 +45,10 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from renderer import batch_rows
 from renderer.detokenizer import IncrementalDetokenizer
 from renderer.engine_tensors import ENGINE_IMAGE_INPUTS, FORWARDED, prompt_table_tensors
-from renderer.errors import EngineError, EngineFaultError
+from renderer.errors import BatchRowError, EngineError, EngineFaultError, RenderError
 from renderer.model_info import ModelInfo
 from renderer.output_parsers.answer import AnswerParser, AnswerStream
 from renderer.output_parsers.request import OutputParsing
@@ -88,7 +96,9 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> None:
         for request in requests:
-            if io.get_scalar(request, "stop", bool):
+            stop = io.get_batch(request, "stop")
+            # The first row's value, as TensorRT-LLM reads it (getRequestBooleanInputTensor).
+            if stop is not None and stop.size and bool(stop.reshape(-1)[0]):
                 with self._lock:
                     flight = self._running.get(request.request_id())
                 if flight is not None:
@@ -102,24 +112,27 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         rid = request.request_id()
         held: list[Any] = [request]  # the BLS calls' objects, added as they are made
-        cancel = EngineStop(self.engine, self.engine_decoupled, held)
+        try:
+            rows = self._rows(request)
+        except Exception as e:  # noqa: BLE001 - refused before any engine call
+            sender.send(io.error_response(e, self.name), flags=FINAL)
+            return
+        stops = [EngineStop(self.engine, self.engine_decoupled, held) for _ in rows]
+        cancel = stops[0] if len(stops) == 1 else EngineStops(stops)
         if rid:
             with self._lock:
                 self._running[rid] = cancel
-        drained = False  # whether every BLS call of the request ran to its end
         try:
-            final = self._generate(request, sender, cancel, held)
-            drained = True
-        except (EngineError, EngineFaultError) as e:  # raised once the engine's responses are drained
-            final = io.error_response(e, self.name)
-            drained = True
-        except Exception as e:  # noqa: BLE001 - the error goes to this request only
-            final = io.error_response(e, self.name)
+            if len(rows) == 1:
+                final, drained = self._run_row(rows[0], request, sender, stops[0], held, 0)
+            else:
+                final, drained = self._run_rows(rows, request, sender, stops, held)
         finally:
             with self._lock:
                 if self._running.get(rid) is cancel:
                     del self._running[rid]
-            cancel.join()  # a stop sent from `execute` is answered before the request ends
+            for stop in stops:
+                stop.join()  # a stop sent from `execute` is answered before the request ends
         # Before the final response, while the request can still be asked (triton_io/deferred_release.py).
         settled = drained and stub_let_go(request)
         sender.send(final, flags=FINAL)
@@ -127,49 +140,115 @@ class TritonPythonModel:
             self._finished.keep(*held)
         # else the last references go with `held`, here, on a thread that holds the GIL
 
-    def _engine_inputs(self, request: Any) -> tuple[list[Any], list[int] | None]:
-        """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
-        tensors = [
-            t
-            for n in FORWARDED + tuple(ENGINE_IMAGE_INPUTS)
-            if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None
+    def _rows(self, request: Any) -> list[dict[str, Any]]:
+        """The request's inputs by name, once per row: the request's own tensors for a request of
+        one row; else each row as a request of its own (renderer/batch_rows.py)."""
+        inputs = io.inputs(request)
+        ids = inputs["input_ids"].as_numpy()
+        if ids.ndim == 0 or ids.shape[0] == 1:
+            return [inputs]
+        batch_rows.check_engine_takes(ids.shape[0], self.engine_decoupled)
+        arrays = io.batch_arrays(request)
+        return [
+            {name: pb_utils.Tensor(name, arr) for name, arr in batch_rows.row_of(arrays, row).items()}
+            for row in range(ids.shape[0])
         ]
-        embeds = io.get(request, "input_embeds")
+
+    def _run_row(
+        self, inputs: dict[str, Any], request: Any, sender: Any, cancel: EngineStop, held: list[Any], row: int
+    ) -> tuple[Any, bool]:
+        """One generation: its final response (sent by the caller) and whether every BLS call of
+        it ran to its end."""
+        try:
+            return self._generate(inputs, request, sender, cancel, held, row), True
+        except (EngineError, EngineFaultError) as e:  # raised once the engine's responses are drained
+            return io.error_response(e, self.name), True
+        except Exception as e:  # noqa: BLE001 - the error goes to this request only
+            return io.error_response(e, self.name), False
+
+    def _run_rows(
+        self, rows: list[dict[str, Any]], request: Any, sender: Any, stops: list[EngineStop], held: list[Any]
+    ) -> tuple[Any, bool]:
+        """Every row's generation at once, each on a thread of its own (TensorRT-LLM generates a
+        batch's rows in flight together). Each row's last response goes out as the row ends, but
+        the last row's, which the caller sends with the FINAL flag; a row that fails stops the
+        others and its error is that last response (TensorRT-LLM sends a row's error as that row's
+        response; an ensemble here must get an error as its final one)."""
+        out = LockedSender(sender)
+        ended: queue.Queue = queue.Queue()
+
+        def run(row: int) -> None:
+            try:
+                ended.put((row, *self._run_row(rows[row], request, out, stops[row], held, row)))
+            except BaseException as e:  # noqa: BLE001 - a row must always report its end
+                ended.put((row, io.error_response(e, self.name), False))
+
+        for row in range(len(rows)):
+            threading.Thread(target=run, args=(row,), name=f"{self.name}-row", daemon=True).start()
+        last: Any = None
+        failed = False
+        drained = True
+        done: set[int] = set()
+        for _ in rows:
+            row, final, row_drained = ended.get()
+            done.add(row)
+            drained = drained and row_drained
+            if failed:
+                continue  # stopped by the row that failed
+            if final.has_error():
+                failed = True
+                for other, stop in enumerate(stops):
+                    if other not in done:
+                        stop.request()
+                error = final.error()
+                last = pb_utils.InferenceResponse(
+                    output_tensors=[], error=pb_utils.TritonError(_row_message(error, row, len(rows)), error.code())
+                )
+                continue
+            if last is not None:
+                out.send(last)
+            last = final
+        return last, drained
+
+    def _engine_inputs(self, inputs: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
+        """The engine request's tensors, and the prompt ids the text continues (None for embeddings)."""
+        tensors = [t for n in FORWARDED + tuple(ENGINE_IMAGE_INPUTS) if (t := inputs.get(n)) is not None]
+        embeds = io.get(inputs, "input_embeds")
         prompt_ids: list[int] | None
         if embeds is not None and embeds.size:
             tensors += io.output_tensors(prompt_table_tensors(embeds, self.vocab_size))
             prompt_ids = None
         else:
-            tensors += [
-                pb_utils.get_input_tensor_by_name(request, "input_ids"),
-                pb_utils.get_input_tensor_by_name(request, "input_lengths"),
-            ]
-            prompt_ids = io.get_ids(request, "input_ids")
+            tensors += [inputs["input_ids"], inputs["input_lengths"]]
+            prompt_ids = io.get_ids(inputs, "input_ids")
         tensors += io.output_tensors(
             {"streaming": np.array([self.engine_decoupled]), "exclude_input_in_output": np.array([True])}
         )
         if self.encoder_decoder:
-            prompt_ids = io.get_ids(request, "decoder_input_ids")
+            prompt_ids = io.get_ids(inputs, "decoder_input_ids")
         return tensors, prompt_ids
 
-    def _generate(self, request: Any, sender: Any, cancel: EngineStop, held: list[Any]) -> Any:
-        """Runs the engine request, streams the text pieces when the client streams; returns the
-        final response, for the caller to send once the stub has let go of the BLS calls."""
-        parsing = OutputParsing.from_json(io.get_str(request, "output_parsing")) if self.parses else OutputParsing()
+    def _generate(
+        self, inputs: dict[str, Any], request: Any, sender: Any, cancel: EngineStop, held: list[Any], row: int
+    ) -> Any:
+        """Runs the engine request of one row (``inputs``: its tensors by name), streams the text
+        pieces when the client streams; returns the final response, for the caller to send once
+        the stub has let go of the BLS calls."""
+        parsing = OutputParsing.from_json(io.get_str(inputs, "output_parsing")) if self.parses else OutputParsing()
         parsing.check_servable()  # before the engine sees the request
-        tensors, prompt_ids = self._engine_inputs(request)
+        tensors, prompt_ids = self._engine_inputs(inputs)
         held.append(tensors)
-        stream = bool(io.get_scalar(request, "streaming", bool))
+        stream = bool(io.get_scalar(inputs, "streaming", bool))
         answer = self.answers.stream(parsing, prompt_ids) if stream else None
         detok = IncrementalDetokenizer(
             self.tokenizer,
             prompt_ids,
-            stop=io.get_strings(request, "stop_strings"),
-            stop_token_ids=io.get_ids(request, "stop_token_ids") or [],
-            include_stop_str_in_output=bool(io.get_scalar(request, "include_stop_str_in_output", bool)),
-            skip_special_tokens=_flag(request, "skip_special_tokens", True) and not parsing.keep_special_tokens,
-            min_tokens=io.get_scalar(request, "min_tokens") or 0,
-            max_tokens=io.get_scalar(request, "request_output_len"),
+            stop=io.get_strings(inputs, "stop_strings"),
+            stop_token_ids=io.get_ids(inputs, "stop_token_ids") or [],
+            include_stop_str_in_output=bool(io.get_scalar(inputs, "include_stop_str_in_output", bool)),
+            skip_special_tokens=_flag(inputs, "skip_special_tokens", True) and not parsing.keep_special_tokens,
+            min_tokens=io.get_scalar(inputs, "min_tokens") or 0,
+            max_tokens=io.get_scalar(inputs, "request_output_len"),
         )
         request_id = uuid.uuid4().hex
         cancel.arm(request_id, tensors)
@@ -179,9 +258,10 @@ class TritonPythonModel:
             requested_output_names=ENGINE_OUTPUTS,
             request_id=request_id,
         )
-        n_prompt = int(io.get_scalar(request, "input_lengths") or 0)
+        n_prompt = int(io.get_scalar(inputs, "input_lengths") or 0)
         asked = set(request.requested_output_names())  # a request naming none is asked for all
-        front = FRONT_TEXT in asked and "text_output" not in asked
+        # For the TensorRT-LLM front, the row it answers (batch_index); None for the others.
+        front = row if FRONT_TEXT in asked and "text_output" not in asked else None
         done = cancelled = False
         final = None  # a streamed request's last piece, held back until the engine is drained
         responses = engine_request.exec(decoupled=True) if self.engine_decoupled else [engine_request.exec()]
@@ -221,7 +301,7 @@ class TritonPythonModel:
         text, ids = detok.text, detok.output_ids
         parsed, finish = self.answers.whole(parsing, text, detok.finish_reason or "")
         parsed_output = parsed if self.parses else None
-        if not _flag(request, "exclude_input_in_output", False) and prompt_ids:
+        if not _flag(inputs, "exclude_input_in_output", False) and prompt_ids:
             # TensorRT-LLM's non-streamed output starts with the prompt unless excluded.
             text = self.tokenizer.decode(prompt_ids, skip_special_tokens=detok.skip_special_tokens) + text
             ids = prompt_ids + ids
@@ -313,6 +393,34 @@ class EngineStop:
             pb_utils.Logger.log_warn(f"stop of engine request {request_id}: {e}")
 
 
+class EngineStops:
+    """The stops of a batched request's rows, asked for together (a client's stop ends every row)."""
+
+    def __init__(self, stops: list[EngineStop]) -> None:
+        self._stops = stops
+
+    def request(self) -> None:
+        for stop in self._stops:
+            stop.request()
+
+
+class LockedSender:
+    """A request's response sender shared by its rows' threads: one response at a time."""
+
+    def __init__(self, sender: Any) -> None:
+        self._sender = sender
+        self._lock = threading.Lock()
+
+    def send(self, response: Any = None, flags: int = 0) -> None:
+        with self._lock:
+            self._sender.send(response, flags=flags)
+
+
+def _row_message(error: Any, row: int, rows: int) -> str:
+    """A row's error as the batched request's, naming the row (``BatchRowError``'s words)."""
+    return str(BatchRowError(row, rows, RenderError(error.message())))
+
+
 def stub_let_go(request: Any) -> bool:
     """Wait until the stub has dropped its own references to the request's finished BLS calls;
     whether it has. Call it before the request's final response (its answer comes from the
@@ -362,7 +470,7 @@ def _piece(
     ids: list[int],
     finish_reason: str | None,
     n_prompt: int,
-    front: bool,
+    front: int | None,
     answer: AnswerStream | None,
     parses: bool,
 ) -> Any:
@@ -378,19 +486,20 @@ def _response(
     ids: list[int],
     finish_reason: str | None,
     n_prompt: int,
-    front: bool = False,
+    front: int | None = None,
     parsed: str | None = None,
 ) -> Any:
     """One response: the text piece and its ids, and, for clients that report usage and finish
     (the OpenAI front), the prompt's length and why generation ended ("" until it has).
-    ``front``: for TensorRT-LLM's ``ensemble`` interface instead, whose clients read the text as
-    TensorRT-LLM's postprocessing returns it ([1]: one beam, no batch dimension) and index every
-    response by ``batch_index`` and ``sequence_index`` (0: one prompt, one sequence per request)."""
+    ``front``: for TensorRT-LLM's ``ensemble`` interface instead, the row answered: its clients read
+    the text as TensorRT-LLM's postprocessing returns it ([1]: one beam, no batch dimension) and
+    index every response by ``batch_index`` (the row of a batched request, else 0) and
+    ``sequence_index`` (0: one sequence per request)."""
     values: dict[str, Any] = {"output_ids": ids, "finish_reason": [finish_reason or ""], "input_lengths": [n_prompt]}
-    if not front:
+    if front is None:
         outputs = {"text_output": [text], **values}
         if parsed is not None:  # the model declares it (detokenize, not detokenize_enc_dec)
             outputs["parsed_output"] = [parsed]
         return pb_utils.InferenceResponse(output_tensors=OUT.all(outputs))
-    values |= {"batch_index": [0], "sequence_index": [0]}
+    values |= {"batch_index": [front], "sequence_index": [0]}
     return pb_utils.InferenceResponse(output_tensors=[OUT.unbatched(FRONT_TEXT, [text]), *OUT.all(values)])

@@ -8,6 +8,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer import Renderer, RendererConfig
+from renderer import batch_rows
+from renderer.engine_tensors import read_scalar
 from renderer.errors import RenderError
 from renderer.prompts import completion_prompt
 from triton_io import tensors as io
@@ -57,18 +59,63 @@ class TritonPythonModel:
         )
         return prompt, params
 
+    def _parse_rows(self, request: Any) -> list[tuple[Any, Any]]:
+        """A TensorRT-LLM ``text_input`` request: each row's prompt and params, as ``_parse``
+        reads a request of that one prompt and its ``max_tokens``."""
+        arrays = io.batch_arrays(request)
+        texts = arrays["text_input"]
+
+        def read(row: int) -> tuple[Any, Any]:
+            prompt = self.renderer.render_prompt(completion_prompt(text=io.one_bytes(texts[row], "text_input")))
+            max_tokens = read_scalar(batch_rows.row_getter(arrays, row), "max_tokens", int)
+            return prompt, self.renderer.request_params(None, max_output_tokens=max_tokens)
+
+        return batch_rows.each_row(batch_rows.rows_in(arrays), read)
+
     def finalize(self) -> None:
         io.release_before_teardown()
 
     def execute(self, requests: list) -> list:
         out = [self._text_only(r) for r in requests]
-        rest = [r for r, o in zip(requests, out) if o is None]
+        rest = [i for i, o in enumerate(out) if o is None]
         if not rest:
             return out
-        prompts, params = io.parse_each(rest, self._parse)
-        results = self.renderer.render_batch(prompts, params, ids_as_array=True)
-        answers = iter([self._respond(r, res, p) for r, res, p in zip(rest, results, params)])
-        return [o if o is not None else next(answers) for o in out]
+        batches: dict[int, list[tuple[Any, Any]]] = {}  # a TensorRT-LLM request's rows
+        for i in rest:
+            if pb_utils.get_input_tensor_by_name(requests[i], "text_input") is None:
+                continue
+            try:
+                batches[i] = self._parse_rows(requests[i])
+            except Exception as e:  # noqa: BLE001 - this request's error
+                e.__traceback__ = None  # its frames hold the request's arrays
+                out[i] = io.error_response(e, "tokenize")
+        singles = [i for i in rest if i not in batches and out[i] is None]
+        prompts, params = io.parse_each([requests[i] for i in singles], self._parse)
+        # One batched encode for every prompt of the execute, each row of a batch among them.
+        rows = [row for i in batches for row in batches[i]]
+        results = self.renderer.render_batch(
+            prompts + [p for p, _ in rows], params + [q for _, q in rows], ids_as_array=True
+        )
+        for k, i in enumerate(singles):
+            out[i] = self._respond(requests[i], results[k], params[k])
+        k = len(singles)
+        for i, batch in batches.items():
+            out[i] = self._respond_rows(results[k : k + len(batch)])
+            k += len(batch)
+        return out
+
+    def _respond_rows(self, results: list[Any]) -> Any:
+        """The response to a ``text_input`` request: its rows' ids, padded, and their lengths
+        (what the ``ensemble`` front asks of this step)."""
+        try:
+            done = batch_rows.each_row(len(results), lambda row: batch_rows.unless_refused(results[row]))
+        except Exception as e:  # noqa: BLE001 - this request's error
+            return io.error_response(e, "tokenize")
+        rows = []
+        for res in done:
+            ids = np.asarray(res.prompt_token_ids, dtype=np.int32).reshape(-1)
+            rows.append({"input_ids": ids, "input_lengths": np.array([ids.size], np.int32)})
+        return pb_utils.InferenceResponse(output_tensors=OUT.batch(batch_rows.stack_rows(rows)))
 
     def _text_only(self, request: Any) -> Any:
         """The response of a request whose inputs are a text prompt and the chat flag alone,
