@@ -405,25 +405,6 @@ def start_on(s: Any, templates: Path) -> bool:
         return launch.start(s) == 0
 
 
-def start_render_chat(name: str, port: int, templates: Path, models: str = "render_chat") -> Any:
-    """A server of ``models`` (``render_chat`` alone by default) on ``templates`` with ``make
-    bench``'s settings, its own ports (``port`` to ``port + 2``) and folder, for the scripts that
-    serve variants side by side; returns its settings once ready."""
-    from launcher import cli as launch
-
-    s = server_settings(
-        models=models,
-        build_dir=str(WORK / name),
-        http_port=port,
-        grpc_port=port + 1,
-        metrics_port=port + 2,
-    )
-    launch.stop(s)
-    if not start_on(s, templates):
-        raise RuntimeError(f"{name}: server did not start; see {s.log_file}")
-    return s
-
-
 def start_floor(s: Any) -> bool:
     """Start a server with settings ``s`` on the floor's model repository; True when it is ready."""
     return start_on(s, floor_templates())

@@ -60,13 +60,10 @@ def default_instances(share: float, least: int, cpus: int | None = None) -> int:
     return max(least, math.ceil(share * (usable_cpus() if cpus is None else cpus)))
 
 
-# Each stage's share of a request's CPU (benchmarks/cpu_cost.py, docs/PERFORMANCE.md "Sizing"):
+# Each stage's share of a request's CPU (benchmarks/cpu_cost.py, benchmarks/results/cpu_cost.json):
 # chat_render about 0.41 of a chat's; tokenize about 0.46 of a completion's. One tokenize instance
-# on two cores serves as much as two since its text lane (medians of 3 alternating rounds, gRPC:
-# render_chat 1,593 / 1,699 req/s at c=8 / 16 against 1,464 / 1,447 with two, render_completion
-# 2,865 / 2,845 against 2,795 / 3,026; benchmarks/results/instances_tokenize.json, from
-# `python -m benchmarks.instances --configs 2/1,1/1 --concurrency 1,8,16 --protocol grpc`), and
-# each instance weighs about 85 MB.
+# on two cores serves as much as two since its text lane, and each instance weighs about 85 MB
+# (the figures: docs/PERFORMANCE.md, "Sizing: instances per pod, pods per load").
 CHAT_RENDER_SHARE, TOKENIZE_SHARE = 0.41, 0.46
 
 
@@ -287,11 +284,10 @@ class Settings:
     def resolved_chat_render_instances(self) -> int:
         """``chat_render_instances``, or when 0 its share of the CPUs (1 on two cores, 7 on
         sixteen: on two cores one instance against three, render_chat p50 at c=1 1.33 against
-        1.50 ms and 0.90 against 1.19 ms of CPU per chat, benchmarks/results/instances.json; one
-        against two, no less throughput and about 80 µs less chat_render CPU per chat,
-        benchmarks/results/instances_chat_render.json); at least 2 with request templates
-        trusted, so that one request's template rendering up to its deadline cannot stall every
-        chat."""
+        1.50 ms and 0.90 against 1.19 ms of CPU per chat; one against two, no less throughput and
+        about 80 µs less chat_render CPU per chat: docs/PERFORMANCE.md, "Sizing"); at least 2 with
+        request templates trusted, so that one request's template rendering up to its deadline
+        cannot stall every chat."""
         least = 2 if self.trust_request_chat_template else 1
         return self.chat_render_instances or default_instances(CHAT_RENDER_SHARE, least=least)
 

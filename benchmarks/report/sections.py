@@ -30,7 +30,7 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 
 
 def targets(s: dict[str, Any]) -> list[str]:
-    """Issue 8's targets, each with the measured figure and whether this run met it."""
+    """The targets against vLLM's render server, each with the measured figure and whether this run met it."""
 
     def verdict(ok: bool | None) -> str:
         return "n/a (no peer)" if ok is None else ("met" if ok else "**not met**")
@@ -150,7 +150,7 @@ def _all_known(*oks: bool | None) -> bool | None:
 
 
 def chat_speed_targets(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
-    """Issue 26's targets (chat rendering ahead of every vLLM configuration), each judged from this
+    """The chat speed targets (chat rendering ahead of every vLLM configuration), each judged from this
     run's own figures: the head-to-head (perf_analyzer, all servers up, alternating rounds) and the
     Python load generator; images from ``bench_mm``."""
 
@@ -223,7 +223,7 @@ def chat_speed_targets(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
         ]
     )
     return [
-        "## Issue 26's targets (chat speed)\n",
+        "## Chat speed targets\n",
         "A target is met only where every measurement of it that ran says so. Both columns are the "
         "head-to-head's medians (all servers up, alternating rounds; latency at c=1, throughput best "
         "against best, the floor ratio over gRPC against the floor's gRPC) where it ran, the sequential "

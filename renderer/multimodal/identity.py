@@ -22,8 +22,8 @@ from ..errors import MultiModalUUIDError
 _VERSION = b"renderer.multimodal.v1\0"
 # The index keys hash megabytes per request (a data URL's text, the encoded bytes); OpenSSL's SHA-256
 # runs on the CPU's SHA extensions, which server CPUs have: about twice as fast as BLAKE2b over a
-# 1.09 MB data URL here (benchmarks/image_hit_split.py; BLAKE2b was 48% of mm_process's execute on
-# a hit, by py-spy). The content hash, the identity clients see in mm_hashes, stays BLAKE2b.
+# 1.09 MB data URL here (docs/PERFORMANCE.md, "Images off the JSON path"; BLAKE2b was 48% of
+# mm_process's execute on a hit, by py-spy). The content hash, the identity clients see in mm_hashes, stays BLAKE2b.
 
 
 def _settings_bytes(settings: Mapping[str, Any]) -> bytes:

@@ -102,8 +102,8 @@ def test_floor_templates_replace_only_the_two_stages(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("replaced", [("chat_render",), ("tokenize",)])
-def test_floor_split_replaces_one_stage_and_keeps_the_other_real(tmp_path, replaced):
-    """``benchmarks/floor_split.py``'s half floors: one stage is its stand-in, the other the real one."""
+def test_a_half_floor_replaces_one_stage_and_keeps_the_other_real(tmp_path, replaced):
+    """A half floor: the stages named are their stand-ins, the other stays the real one."""
     from benchmarks.floor import STAGES, repository_with_stand_ins
 
     dst = repository_with_stand_ins(tmp_path / "repo", replaced)

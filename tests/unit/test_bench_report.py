@@ -127,7 +127,7 @@ def test_the_image_floor_says_whether_target_4_is_within_reach() -> None:
 
 
 def test_chat_speed_targets_are_judged_on_every_measurement_that_ran() -> None:
-    """Issue 26's table: a target is met only where each of its measurements says so, and one
+    """The chat speed table: a target is met only where each of its measurements says so, and one
     whose measurements did not run is said so, not met."""
     res = _res()
     res["loadgen"] += [{"input": "chat_mix", "concurrency": 1, "p50_ms": 1.4, "driver": "loadgen -> Triton generate"}]
