@@ -15,7 +15,14 @@ from typing import Sequence
 
 import numpy as np
 
-from renderer.engine_tensors import ENGINE_IMAGE_INPUTS, Getter, decode_word_list, prompt_rows, read_scalar
+from renderer.engine_tensors import (
+    ENGINE_IMAGE_INPUTS,
+    SERVED_ONLY_AT_DEFAULT,
+    Getter,
+    decode_word_list,
+    prompt_rows,
+    read_scalar,
+)
 from renderer.errors import (
     MissingInputError,
     StreamingNeedsDecoupledError,
@@ -116,7 +123,7 @@ def parse(
 ) -> EngineRequest:
     """Read a request from ``get(name) -> array without the batch dimension, or None``, for an
     engine deployed ``decoupled`` or not (TensorRT-LLM's ``decoupled_mode``)."""
-    for name, default, what in _UNSUPPORTED:
+    for name, default, what in SERVED_ONLY_AT_DEFAULT:
         value = read_scalar(get, name, type(default), default)
         if value != default:
             raise UnsupportedInputError(name, what, value)
@@ -184,13 +191,3 @@ def parse(
         images=images or None,
         request_id=request_id,
     )
-
-
-# Inputs declared because TensorRT-LLM declares them, honoured only at their defaults.
-_UNSUPPORTED = (
-    ("beam_width", 1, "this engine does greedy or sampled decoding, not beam search"),
-    ("num_return_sequences", 1, "this engine returns one sequence per request"),
-    ("return_log_probs", False, "this engine returns no log probabilities"),
-    ("return_context_logits", False, "this engine returns no logits"),
-    ("return_generation_logits", False, "this engine returns no logits"),
-)

@@ -168,6 +168,18 @@ POSTPROCESS_INPUTS = _specs(
 # a step that became ready beside it is still being scheduled (docs/RELIABILITY.md, "Ensembles run one step at a time").
 CHAINED_INPUTS = ("input_lengths",)
 
+# TensorRT-LLM inputs that both the ``ensemble`` front and ``llm`` declare (under the same names)
+# and that are served only at the value that asks for nothing: any other value is refused by name,
+# with this reason, by whichever of the two reads it first (``trtllm_front``, ``engines/trtllm_inputs``).
+SERVED_ONLY_AT_DEFAULT: tuple[tuple[str, object, str], ...] = (
+    ("beam_width", 1, "beam search is not served; use 1"),
+    ("num_return_sequences", 1, "one sequence per request; use 1"),
+    ("return_log_probs", False, "log probabilities are not returned"),
+    ("return_context_logits", False, "logits are not returned"),
+    ("return_generation_logits", False, "logits are not returned"),
+    ("return_perf_metrics", False, "per-request engine metrics are not returned"),
+)
+
 # The engine inputs the post-processing model forwards as it got them; the prompt tensors and
 # ``streaming`` / ``exclude_input_in_output`` it sets itself.
 FORWARDED = tuple(

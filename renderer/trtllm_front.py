@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .engine_tensors import Getter, read_scalar
+from .engine_tensors import SERVED_ONLY_AT_DEFAULT, Getter, read_scalar
 from .errors import MissingInputError, TensorError, UnsupportedInputError
 from .sampling import SamplingParams
 
@@ -65,7 +65,7 @@ def parse_front_request(get: Getter) -> FrontRequest:
         arr = get(name)
         if arr is not None and arr.size:
             raise UnsupportedInputError(name, why)
-    for name, default, why in _REFUSED_UNLESS_DEFAULT:
+    for name, default, why in SERVED_ONLY_AT_DEFAULT:
         value = read_scalar(get, name, type(default))
         if value is not None and value != default:
             raise UnsupportedInputError(name, why, value)
@@ -117,14 +117,4 @@ _REFUSED_IF_PRESENT = (
     ("lora_config", "LoRA adapters are not served"),
     ("guided_decoding_guide_type", "guided decoding is not served"),
     ("guided_decoding_guide", "guided decoding is not served"),
-)
-
-# Accepted at the value that asks for nothing.
-_REFUSED_UNLESS_DEFAULT = (
-    ("beam_width", 1, "beam search is not served; use 1"),
-    ("num_return_sequences", 1, "one sequence per request; use 1"),
-    ("return_log_probs", False, "log probabilities are not returned"),
-    ("return_context_logits", False, "logits are not returned"),
-    ("return_generation_logits", False, "logits are not returned"),
-    ("return_perf_metrics", False, "per-request engine metrics are not returned"),
 )
