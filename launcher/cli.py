@@ -45,7 +45,7 @@ def prepare(s: Settings) -> None:
     """Everything a server start needs: the model folders and the rendered repository, and the
     Python stub for this venv's Python beside the backend."""
     repository.prepare(s)
-    ensure_python_stub()
+    ensure_python_stub(s.triton_home)
     if s.edge:
         nginx_binary()  # missing: said now, not by a supervisor in the background
 
@@ -65,7 +65,7 @@ def start(s: Settings) -> int:
         sys.executable,
         "-m",
         "launcher.supervisor",
-        f"--tritonserver={tritonserver_binary()}",
+        f"--tritonserver={tritonserver_binary(s.triton_home)}",
         f"--settings={s.settings_file}",
     ]
     with open(s.supervisor_log_file, "ab") as log:

@@ -20,13 +20,9 @@ def site_packages() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
-def triton_home() -> Path:
-    """The server install: ``bin/tritonserver`` and ``backends/``.
-
-    ``TRITON_HOME`` names one (the official image sets ``/opt/tritonserver``); unset, the
-    server shipped in the ``nvidia-pytriton`` wheel of this venv.
-    """
-    home = os.environ.get("TRITON_HOME")
+def triton_home(home: str = "") -> Path:
+    """The server install: ``bin/tritonserver`` and ``backends/``: ``home`` (``TRITON_HOME``) where
+    set, else the server shipped in the ``nvidia-pytriton`` wheel of this venv."""
     return Path(home) if home else site_packages() / "pytriton" / "tritonserver"
 
 
@@ -34,13 +30,13 @@ class StubNotRunnableError(RuntimeError):
     """The Python-backend stub does not start here (a shared library it needs is missing, say)."""
 
 
-def ensure_python_stub() -> None:
+def ensure_python_stub(home: str = "") -> None:
     """The wheel ships one stub per Python; the backend wants the one for ours beside it, and it
     must run: otherwise every Python model fails to load with Triton's misleading 'Failed to give
     execute permission' (its test is that the stub, run bare, exits 1), so say why here instead."""
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    src = triton_home() / "python_backend_stubs" / ver / "triton_python_backend_stub"
-    dst = triton_home() / "backends" / "python" / "triton_python_backend_stub"
+    src = triton_home(home) / "python_backend_stubs" / ver / "triton_python_backend_stub"
+    dst = triton_home(home) / "backends" / "python" / "triton_python_backend_stub"
     if not dst.exists():
         shutil.copy2(src, dst)
     check_stub_runs(dst)
@@ -104,14 +100,14 @@ def exit_timeout_s(s: Settings) -> int:
     return 40 if s.llm_engine == "vllm" else 10
 
 
-def tritonserver_binary() -> Path:
-    return triton_home() / "bin" / "tritonserver"
+def tritonserver_binary(home: str = "") -> Path:
+    return triton_home(home) / "bin" / "tritonserver"
 
 
 def server_command(s: Settings, watchdog_token: str, binary: str | Path | None = None) -> list[str]:
-    home = triton_home()
+    home = triton_home(s.triton_home)
     cmd = [
-        str(binary or tritonserver_binary()),
+        str(binary or tritonserver_binary(s.triton_home)),
         f"--model-repository={s.repository}",
         f"--backend-directory={home / 'backends'}",
         f"--http-address={s.inner.host}",

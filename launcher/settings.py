@@ -238,6 +238,9 @@ class Settings:
     """Comma-separated models to load (ensembles bring their steps); empty loads them all."""
     startup_timeout_s: float = 180.0
     """How long ``start`` waits for readiness."""
+    triton_home: str = ""
+    """A tritonserver install with ``bin/`` and ``backends/`` (the official image's
+    ``/opt/tritonserver``); empty: the server shipped in this venv's ``nvidia-pytriton`` wheel."""
 
     @classmethod
     def from_env(cls) -> "Settings":

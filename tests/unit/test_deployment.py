@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -297,9 +297,13 @@ def test_dockerfile_bakes_the_project_and_uses_the_launcher():
 
 def test_triton_home_override(monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_HOME", raising=False)
-    assert server.triton_home() == server.site_packages() / "pytriton" / "tritonserver"
+    assert (
+        server.triton_home(launch.Settings.from_env().triton_home)
+        == server.site_packages() / "pytriton" / "tritonserver"
+    )
     monkeypatch.setenv("TRITON_HOME", str(tmp_path))
-    cmd = server.server_command(launch.Settings(build_dir=str(tmp_path / "b"), edge=False), "token")
+    s = replace(launch.Settings.from_env(), build_dir=str(tmp_path / "b"), edge=False)
+    cmd = server.server_command(s, "token")
     assert cmd[0] == str(tmp_path / "bin" / "tritonserver")
     assert f"--backend-directory={tmp_path / 'backends'}" in cmd
 
@@ -338,3 +342,18 @@ def test_the_peer_environment_pins_the_fastokens_the_server_runs():
 
     pin = fastokens_pin()
     assert pin.startswith("fastokens==") and pin in (ROOT / "requirements-runtime.txt").read_text().splitlines()
+
+
+def test_every_setting_has_one_readme_row_and_every_row_is_a_setting():
+    """A setting is declared once, as a ``Settings`` field (its environment variable is the field's
+    name in capitals); README's configuration table documents exactly those."""
+    names = {f.name.upper() for f in fields(launch.Settings)}
+    table = (ROOT / "README.md").read_text().split("\n## Configuration\n", 1)[1]
+    rows = {
+        name
+        for line in table.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])
+    }
+    assert names - rows == set(), f"settings without a README row: {sorted(names - rows)}"
+    assert rows - names == set(), f"README rows that are no setting: {sorted(rows - names)}"
