@@ -124,8 +124,10 @@ perf-analyzer: $(STAMP)
 bench: model edge perf-analyzer vllm-rs
 	$(BENCH_ENV) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
-# On a host with a CUDA GPU: mm_process's device path against its CPU path, equal within the
-# stated tolerance and timed (benchmarks/gpu_check.py; exit 2 where torch sees no GPU); then the image
+# On a host with a CUDA GPU: mm_process's device path (IMAGE_DEVICE=cuda, and IMAGE_DECODE_DEVICE=cuda)
+# against transformers' fast processor on the same device within the stated tolerance, against its CPU
+# path, decode against Pillow, timed, memory and residency (benchmarks/gpu_check.py; exit 2 where torch
+# sees no GPU); then the image
 # path end to end, mm_process on KIND_GPU feeding vLLM's CUDA engine, against the CPU oracle
 # (benchmarks/gpu_check_vllm_images.py), where `make engine-vllm-gpu` built its environment.
 .PHONY: gpu-check

@@ -23,10 +23,17 @@ def model_family(s: Settings) -> str | None:
     return detect_family(s.resolved_model_dir)
 
 
+def mm_instance_kind(s: Settings) -> str:
+    """``mm_process``'s instance kind: ``MM_INSTANCE_KIND``, or for auto the GPU where one is visible."""
+    if s.mm_instance_kind != "auto":
+        return s.mm_instance_kind
+    return "KIND_GPU" if gpu_visible() else "KIND_CPU"
+
+
 def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
-    kind = s.mm_instance_kind
-    if kind == "auto":
-        kind = "KIND_GPU" if gpu_visible() else "KIND_CPU"
+    from renderer.multimodal.devices import resolve_image_device
+
+    kind = mm_instance_kind(s)
     return {
         "model_dir": str(s.resolved_model_dir),
         "tokenizer_record": str(tokenizer_record_dir(s)),
@@ -46,7 +53,8 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "max_queue_delay_us": str(s.max_queue_delay_us),
         "mm_instance_kind": kind,
         "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
-        "mm_device": "cuda" if kind == "KIND_GPU" else "cpu",
+        "mm_device": resolve_image_device(s.image_device, kind),
+        "image_decode_device": s.image_decode_device,
         "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
         "trust_request_chat_template": "true" if s.trust_request_chat_template else "false",
         "trust_request_mm_kwargs": "true" if s.trust_request_mm_kwargs else "false",
@@ -201,6 +209,7 @@ def prepare(s: Settings) -> None:
         default_model.build(s.resolved_model_dir)
     elif not (s.resolved_model_dir / "config.json").exists():
         raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
+    check_image_devices(s)
     if s.llm_engine not in ("standin", "vllm"):
         raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose standin or vllm")
     if s.engine_model_dir and not (Path(s.engine_model_dir) / "config.pbtxt").exists():
@@ -216,6 +225,18 @@ def prepare(s: Settings) -> None:
         seq2seq_model.build(s.resolved_encdec_model_dir, default_model.build(default_tokenizer))
     record_tokenizer(s)
     render_repository(s, model_family(s))
+
+
+def check_image_devices(s: Settings) -> None:
+    """``IMAGE_DEVICE`` and ``IMAGE_DECODE_DEVICE`` checked before anything starts (the rest of
+    what they need, torchvision for decoding on the device, ``mm_process`` checks as it loads)."""
+    from renderer.errors import ImageDeviceError
+    from renderer.multimodal.devices import check_decode_setting, resolve_image_device
+
+    try:
+        check_decode_setting(s.image_decode_device, resolve_image_device(s.image_device, mm_instance_kind(s)))
+    except ImageDeviceError as e:
+        raise SystemExit(str(e)) from None
 
 
 def tokenizer_record_dir(s: Settings) -> Path:

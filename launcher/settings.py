@@ -113,6 +113,13 @@ class Settings:
     image_processor: str = media_defaults.DEFAULT_IMAGE_PROCESSOR
     """"fast": images resized and normalized as transformers' torchvision-based processors do, what
     vLLM runs wherever torchvision is installed; "slow": as the PIL-based ones (``use_fast=False``)."""
+    image_device: str = media_defaults.DEFAULT_IMAGE_DEVICE
+    """Where ``mm_process`` resizes, rescales, normalizes and patches images: "cuda" as vLLM's fast
+    processors do with ``device="cuda"``, "cpu" (the numba kernels), or "auto": "cuda" where
+    ``mm_process`` runs ``KIND_GPU`` (``mm_instance_kind``), else "cpu"."""
+    image_decode_device: str = media_defaults.DEFAULT_IMAGE_DECODE_DEVICE
+    """Where JPEG images are decoded: "cpu" (Pillow, as vLLM decodes) or "cuda" (nvJPEG through
+    torchvision, opt-in; needs ``image_device`` cuda, the fast processor and torchvision)."""
     encoder_decoder: bool = False
     """Serve the encoder-decoder ensembles (``render_encoder_decoder``, ``encoder_decoder_completion``)
     and their stages; also on when ``encoder_decoder_model_dir`` is set or ``models`` names one of

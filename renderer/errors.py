@@ -463,6 +463,26 @@ class UnsupportedImageProcessorError(UnsupportedMultiModalError):
     filter the chosen processor cannot run (a deployment error, raised when the stage loads)."""
 
 
+class ImageDeviceError(UnsupportedMultiModalError):
+    """An ``IMAGE_DEVICE`` / ``IMAGE_DECODE_DEVICE`` setting that cannot run here (a deployment
+    error, raised when the launcher renders the repository or the stage loads)."""
+
+    def __init__(self, setting: str, value: object, why: str) -> None:
+        super().__init__(f"{setting}={value} {why}")
+
+
+class ImageDecoderUnavailableError(ImageDeviceError):
+    """``IMAGE_DECODE_DEVICE=cuda`` where torchvision (its ``decode_jpeg``) cannot be imported."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            "IMAGE_DECODE_DEVICE",
+            "cuda",
+            f"decodes JPEG images with torchvision.io.decode_jpeg, which cannot be imported here ({reason}); "
+            "install torchvision beside torch, or set IMAGE_DECODE_DEVICE=cpu (Pillow, as vLLM decodes).",
+        )
+
+
 class ImageAspectRatioError(MultiModalError):
     """An image too elongated for the model's resize rule (Qwen2-VL's smart_resize refuses > 200)."""
 

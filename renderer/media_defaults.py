@@ -13,3 +13,7 @@ DEFAULT_FETCH_TIMEOUT_S = 5.0
 # transformers' torchvision-backed image processors, what vLLM gets wherever torchvision is
 # installed ("slow": the PIL-based ones); renderer/multimodal/families.py implements both.
 DEFAULT_IMAGE_PROCESSOR = "fast"
+# Where mm_process resizes, normalizes and patches ("auto": the GPU where its instance is
+# KIND_GPU, else the CPU) and where it decodes JPEG images ("cpu": Pillow, as vLLM does).
+DEFAULT_IMAGE_DEVICE = "auto"
+DEFAULT_IMAGE_DECODE_DEVICE = "cpu"

@@ -362,8 +362,16 @@ _GPU_WHEELS = (
 )
 
 
+_GPU_RUN = (
+    "Run on a lent device machine: `python -m benchmarks.gpu_check --prepare .gpu-check` here, then "
+    "`PYTHONPATH=. python3 -m benchmarks.gpu_check --models-dir .gpu-check` there with `.gpu-check` carried. "
+)
+
+
 def gpu_section(path: Path) -> list[str]:
-    """``make gpu-check``'s figures, when a GPU host ran it (``benchmarks/gpu_check.py``)."""
+    """``make gpu-check``'s figures, when a GPU host ran it (``benchmarks/gpu_check.py``): the
+    device path against transformers on the device (``version`` 2), or, for a JSON written before
+    ``IMAGE_DEVICE`` existed, its device-normalization-only comparison."""
     out = ["## GPU: `mm_process` on a CUDA device against its CPU path\n"]
     if not path.is_file():
         return out + [
@@ -376,6 +384,8 @@ def gpu_section(path: Path) -> list[str]:
             + "\n"
         ]
     g = json.loads(path.read_text())
+    if g.get("version") == 2:
+        return out + _gpu_section_v2(g)
     env = g.get("environment", {})
     worst = max((c["pixel_values_max_abs_diff"] for c in g.get("checks", [])), default=None)
     out.append(
@@ -399,15 +409,140 @@ def gpu_section(path: Path) -> list[str]:
     return out + [
         _table(heads, rows),
         "",
-        "What runs on the device is the families' normalization and patching (`renderer/multimodal/kernels.py`, "
-        "the `*_torch` twins); decoding and resizing run on the CPU on both paths (the resize must match the HF "
-        "processor's PIL resize bit for bit), so a miss costs about the same either way and a hit is the cache's "
-        "lookup on both. Run on a lent device machine: `python -m benchmarks.gpu_check --prepare .gpu-check` "
-        "here, then `PYTHONPATH=. python3 -m benchmarks.gpu_check --models-dir .gpu-check` there with "
-        "`.gpu-check` carried. " + _GPU_WHEELS + " The image path through vLLM's CUDA engine "
+        "Measured before `IMAGE_DEVICE` (issue 51): what ran on the device then was the families' normalization "
+        "and patching only (`renderer/multimodal/kernels.py`, the torch twins); decoding and resizing ran on the "
+        "CPU on both paths, so a miss cost about the same either way and a hit is the cache's lookup on both. "
+        '`IMAGE_DEVICE=cuda` now resizes on the device too, as vLLM\'s fast processors do with `device="cuda"`, '
+        "and `IMAGE_DECODE_DEVICE=cuda` decodes JPEG there; `make gpu-check` measures both (not yet run on a "
+        "GPU). " + _GPU_RUN + _GPU_WHEELS + " The image path through vLLM's CUDA engine "
         "(`benchmarks/gpu_check_vllm_images.py`) needs `make engine-vllm-gpu`'s environment, which a device "
         "machine without a registry cannot install; it was not run there.\n",
     ]
+
+
+def _gpu_section_v2(g: dict[str, Any]) -> list[str]:
+    """Issue 51's targets as ``benchmarks/gpu_check.py`` measured them (its JSON ``version`` 2)."""
+    env, held = g.get("environment", {}), g.get("held", {})
+    failed = [k for k, ok in held.items() if not ok]
+    lines = [
+        f"{env.get('device_name')} ({env.get('device')}), torch {env.get('torch')}, torchvision "
+        f"{env.get('torchvision')}, transformers {env.get('transformers')}: "
+        + ("every held check passed." if g.get("passed") else f"**failed: {', '.join(failed)}**.")
+        + "\n"
+    ]
+    o, cp, dc = g["oracle"], g["cpu_path"], g["device_vs_cpu"]
+    worst = lambda rows, k="max_abs_diff": max((r[k] or 0.0 for r in rows), default=None)  # noqa: E731
+    oracle = (
+        f"largest |difference| of `pixel_values` against transformers' fast processor run with "
+        f"`device={o['rows'][0]['oracle_device']!r}` {worst(o['rows'])} (tolerance {o['atol']}), grids "
+        f"{'equal' if all(r['grid_equal'] for r in o['rows']) else '**not equal**'}"
+        if o.get("available") and o["rows"]
+        else f"**oracle unavailable**: {o.get('reason')}"
+    )
+    lines.append(
+        f"**1. The device path** (`IMAGE_DEVICE=cuda`): {oracle}. The CPU path against the same torch code on the "
+        f"CPU: {'bit-exact' if cp['bit_exact'] else '**not bit-exact**'}. The device against the CPU path: ids, "
+        f"grids and `mm_hashes` {'equal' if dc['ids_grids_hashes_equal'] else '**not equal**'}; `pixel_values` "
+        f"differ by at most {worst(dc['rows'])} (the resize's rounding: uint8 on a CPU, float32 on a GPU).\n"
+    )
+    d = g["decode"]
+    if d.get("available"):
+        lines += [
+            "**2. Decoding on the device** (`IMAGE_DECODE_DEVICE=cuda`) against Pillow, grey levels:\n",
+            _table(
+                [
+                    "image",
+                    "EXIF orientation",
+                    "decoded on",
+                    "max diff",
+                    "mean diff",
+                    "share off",
+                    "same hash",
+                    "upright",
+                ],
+                [
+                    [
+                        r["image"],
+                        r["orientation"],
+                        r["decoded_on"],
+                        r["max_abs_diff"],
+                        _f(r["mean_abs_diff"], 3),
+                        _f(r["fraction_off"], 4),
+                        r["hash_equal"],
+                        r["upright"],
+                    ]
+                    for r in d["rows"]
+                ],
+            ),
+            "",
+        ]
+    else:
+        lines.append(f"**2. Decoding on the device**: not measured: {d.get('reason')}\n")
+    timed = g.get("timings", [])
+    lines += [
+        "**3. Speed**, one JPEG miss and hit (medians, ms):\n",
+        _table(
+            [
+                "family",
+                "image",
+                "CPU miss",
+                "device miss",
+                "speed-up",
+                "device + decode miss",
+                "speed-up",
+                "CPU hit",
+                "device hit",
+            ],
+            [
+                [
+                    r["family"],
+                    r["image"],
+                    r["cpu_miss_ms"],
+                    r["device_miss_ms"],
+                    r["device_miss_speedup"],
+                    r.get("device_decode_miss_ms"),
+                    r.get("device_decode_miss_speedup"),
+                    r["cpu_hit_ms"],
+                    r["device_hit_ms"],
+                ]
+                for r in timed
+            ],
+        ),
+        "",
+    ]
+    st = g.get("stages", {})
+    lines.append(
+        f"Parts of a {st.get('image')} miss: Pillow decode {st.get('pil_decode_ms')} ms, device decode "
+        f"{st.get('device_decode_ms')} ms (the host copy the hash reads included), content hash {st.get('hash_ms')} ms. "
+        "Memory per cached image: "
+        + "; ".join(
+            f"{m['family']} {m['cache_bytes_per_image']:,} bytes by the cache's count, "
+            f"{m['device_allocated_bytes_per_image']:,} allocated on the device"
+            if m["device_allocated_bytes_per_image"] is not None
+            else f"{m['family']} {m['cache_bytes_per_image']:,} bytes"
+            for m in g.get("memory", [])
+        )
+        + ".\n"
+    )
+    lines.append(
+        "**4. The cache and where a hit lives**: "
+        + "; ".join(
+            f"{r['family']}: a hit ({r['hit_hits']} of 1, same hash: {r['hit_hashes_equal']}) is served from the "
+            f"cached tensor on {r['hit_pixel_values_on']}, and handing its {r['hit_pixel_values_bytes']:,} bytes to "
+            f"Triton copies them to the host in {r['to_host_ms']} ms (`triton_io.tensors.tensor`, every response)"
+            for r in g.get("residency", [])
+        )
+        + ". An engine in the same server therefore receives host tensors.\n"
+    )
+    lines.append(
+        "Not measured by this script: image chats through `render_chat` at concurrency 8 (needs tritonserver on the "
+        "device machine) and greedy tokens through vLLM's engine with device-decoded images "
+        "(`benchmarks/gpu_check_vllm_images.py`, needs `make engine-vllm-gpu`'s environment). "
+        + _GPU_RUN
+        + _GPU_WHEELS
+        + "\n"
+    )
+    return lines
 
 
 # What each server of the head-to-head is, by its target name.

@@ -21,11 +21,17 @@ Two processors, as transformers has two backends per family (``IMAGE_PROCESSOR``
   kernel torchvision's resize dispatches to on a CPU (uint8 in, uint8 out for bicubic, lanczos,
   nearest, and bilinear on AVX2/AVX-512/ARM hosts; elsewhere a float32 pass, clamped for the
   cubic filters, rounded back to uint8). Rescale and normalize are fused as that processor fuses
-  them (``(x - mean/factor) / (std/factor)`` in float32; see ``kernels.build_lut_fast``). vLLM
-  runs the HF processor on the CPU, so this resize always runs on the CPU, whatever ``device``.
+  them (``(x - mean/factor) / (std/factor)`` in float32; see ``kernels.build_lut_fast``). On a
+  device (``IMAGE_DEVICE=cuda``) the uint8 image moves there and is resized, rescaled, normalized
+  and patched there, as vLLM's processors do with ``device="cuda"``: torchvision's rule on a GPU is
+  a float32 interpolate, clamped for the cubic filters and rounded back to uint8, and LANCZOS
+  becomes BICUBIC (transformers' ``TorchvisionBackend.resize`` allows it on the CPU only). So the
+  device's pixels are the device's HF processor's, not the CPU's: ``make gpu-check`` holds them
+  against transformers run on the same device.
 * "slow": the PIL-based ``*ImageProcessorPil``: Pillow's ``Image.resize`` with the filter from
   ``preprocessor_config.json`` (default BICUBIC), exactly what ``PilBackend.resize`` calls
-  (``reducing_gap=None``), then rescale and normalize as two steps; bit-identical to HF's.
+  (``reducing_gap=None``), then rescale and normalize as two steps; bit-identical to HF's. Pillow
+  resizes on the CPU whatever the device; only rescale, normalize and patching move to one.
 
 Both give the same sizes, grids and placeholder runs; pixels differ by the resampler (measured in
 docs/PERFORMANCE.md, "Image processor: fast vs slow").
@@ -123,27 +129,46 @@ def _native_uint8(mode: str) -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in ("aarch64", "arm64")
 
 
+def _interpolate_uint8(x: Any, height: int, width: int, mode: str) -> Any:
+    """torchvision's ``resize_image`` for a (1, 3, H, W) uint8 tensor, on the tensor's device:
+    uint8 in and out where its CPU kernel takes uint8 (and for nearest anywhere); else a float32
+    pass, clamped for the cubic filters, rounded back to uint8 (every filter but nearest on a GPU)."""
+    import torch
+    from torch.nn.functional import interpolate
+
+    on_cpu = x.device.type == "cpu"
+    if mode == "lanczos" and not on_cpu:
+        mode = "bicubic"  # transformers' TorchvisionBackend.resize: LANCZOS only on the CPU
+    kw: dict[str, Any] = {"antialias": True, "align_corners": False} if mode != "nearest-exact" else {}
+    if mode == "nearest-exact" or (on_cpu and _native_uint8(mode)):
+        return interpolate(x, size=(height, width), mode=mode, **kw)
+    y = interpolate(x.float(), size=(height, width), mode=mode, **kw)
+    if mode in ("bicubic", "lanczos"):
+        y = y.clamp_(0, 255)  # cubic lobes overshoot [0, 255]
+    return y.round_().to(torch.uint8)
+
+
 def _resize_fast(img: LoadedImage, height: int, width: int, mode: str) -> np.ndarray:
     if (height, width) == (img.height, img.width):
         return img.rgb  # torchvision hands a same-size image back untouched
     import torch
-    from torch.nn.functional import interpolate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # read-only buffer: interpolate only reads it
         # (1, 3, H, W) as a channels-last view of the (H, W, 3) pixels: no copy, and the uint8
         # kernel packs to channels-last anyway (same values as torchvision's contiguous CHW).
         x = torch.from_numpy(img.rgb).permute(2, 0, 1).unsqueeze(0)
-    cubic = mode in ("bicubic", "lanczos")
-    kw: dict[str, Any] = {"antialias": True, "align_corners": False} if mode != "nearest-exact" else {}
-    if _native_uint8(mode):
-        y = interpolate(x, size=(height, width), mode=mode, **kw)
-    else:
-        y = interpolate(x.float(), size=(height, width), mode=mode, **kw)
-        if cubic:
-            y = y.clamp_(0, 255)  # cubic lobes overshoot [0, 255]
-        y = y.round_().to(torch.uint8)
+    y = _interpolate_uint8(x, height, width, mode)
     return np.ascontiguousarray(y[0].permute(1, 2, 0).numpy())
+
+
+def _resize_fast_on(img: LoadedImage, height: int, width: int, mode: str, device: str) -> Any:
+    """The fast resize on ``device``: a (3, H, W) uint8 tensor there. The image goes there as
+    transformers sends it (uint8, contiguous channel-first), unless it was decoded there already."""
+    chw = img.pixels if img.pixels is not None else _kernels().upload_chw(img.rgb, device)
+    if (height, width) == (img.height, img.width):
+        return chw
+    return _interpolate_uint8(chw.unsqueeze(0), height, width, mode)[0]
 
 
 def token_id(model_dir: Path, token: str) -> int | None:
@@ -205,6 +230,7 @@ class ImageFamily:
         self.image_mean = tuple(float(x) for x in pp.get("image_mean", OPENAI_CLIP_MEAN))
         self.image_std = tuple(float(x) for x in pp.get("image_std", OPENAI_CLIP_STD))
         self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
+        self._device_luts: dict[str, Any] = {}
         if image_processor == "fast" and self.do_resize and self.fast_mode is None:
             raise UnsupportedImageProcessorError(
                 f"resample={self.resample} (preprocessor_config.json) has no torchvision equivalent, so the "
@@ -225,6 +251,20 @@ class ImageFamily:
         if self.fast_mode is not None:
             return _resize_fast(img, height, width, self.fast_mode)
         return _resize(img, height, width, self.resample)
+
+    def resize_on(self, img: LoadedImage, height: int, width: int, device: str) -> Any:
+        """``img`` resized for the device path: a (3, H, W) uint8 tensor on ``device``. The fast
+        processor resizes there; the slow one resizes with Pillow (on the CPU) and uploads."""
+        if self.fast_mode is not None:
+            return _resize_fast_on(img, height, width, self.fast_mode, device)
+        return _kernels().upload_chw(_resize(img, height, width, self.resample), device)
+
+    def lut_on(self, device: str) -> Any:
+        """``lut`` on ``device``, flattened for the gather; moved there once per device."""
+        table = self._device_luts.get(device)
+        if table is None:
+            table = self._device_luts[device] = _kernels().lut_tensor(self.lut, device)
+        return table
 
     def base_settings(self) -> dict[str, Any]:
         """Everything that determines the output for a given image (goes into content hashes)."""
@@ -336,12 +376,11 @@ class Qwen2VLFamily(ImageFamily):
             raise UnsupportedMultiModalError(
                 f"Image size {w}x{h} is not a multiple of {factor} and resizing is disabled."
             )
-        rgb = self.resize(img, h, w)
-        args = (rgb, self.lut, self.patch_size, self.merge_size, self.temporal_patch_size)
+        shape = (self.patch_size, self.merge_size, self.temporal_patch_size)
         if device == "cpu":
-            pv = _freeze(_kernels().patchify_qwen(*args))
+            pv = _freeze(_kernels().patchify_qwen(self.resize(img, h, w), self.lut, *shape))
         else:
-            pv = _kernels().patchify_qwen_torch(*args, device=device)
+            pv = _kernels().patchify_qwen_tensor(self.resize_on(img, h, w, device), self.lut_on(device), *shape)
         gh, gw = h // self.patch_size, w // self.patch_size
         n = gh * gw // (self.merge_size**2)
         return ProcessedImage(pv, (1, gh, gw), (self.image_pad_id,) * n, 0, _nbytes(pv))
@@ -449,11 +488,10 @@ class PixtralFamily(ImageFamily):
 
     def process(self, img: LoadedImage, kwargs: Mapping[str, Any], device: str = "cpu") -> ProcessedImage:
         h, w = self.target_size(img.height, img.width, kwargs)
-        rgb = self.resize(img, h, w)
         if device == "cpu":
-            pv = _freeze(_kernels().normalize_chw(rgb, self.lut))
+            pv = _freeze(_kernels().normalize_chw(self.resize(img, h, w), self.lut))
         else:
-            pv = _kernels().normalize_chw_torch(rgb, self.lut, device)
+            pv = _kernels().normalize_chw_tensor(self.resize_on(img, h, w, device), self.lut_on(device))
         return ProcessedImage(pv, (h, w), self.tokens_for(h, w), 0, _nbytes(pv))
 
     def empty_tensors(self) -> dict[str, np.ndarray]:

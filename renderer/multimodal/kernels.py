@@ -10,12 +10,13 @@ The kernels are numba-compiled (``nopython``, ``nogil`` so threads overlap, ``ca
 restarted server skips compilation; if the package directory is not writable they compile without
 the on-disk cache). Without numba (``NUMBA_AVAILABLE`` False) the same functions run as numpy
 fancy-indexing and reshapes: identical results, a few times slower and more memory. A torch twin
-(``*_torch``) does the same on a GPU for ``device="cuda"``.
+(``*_tensor``, from host pixels ``*_torch``) does the same on a device for ``device="cuda"``.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -150,26 +151,56 @@ def patchify_qwen(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temp
     return out
 
 
-# --- torch twins for device="cuda" (same table, same layout) ----------------------------------
+# --- torch twins for the device path (same table, same layout) ---------------------------------
+# On a device the pixels are a (3, H, W) uint8 tensor there (uploaded, or decoded there); the
+# table is gathered per byte as on the CPU, so the values are the CPU table's bit for bit.
+
+
+def upload_chw(img: np.ndarray, device: str) -> Any:
+    """(H, W, 3) uint8 pixels as a (3, H, W) contiguous uint8 tensor on ``device``: the layout
+    transformers' ``process_image`` moves to the device (uint8, 1 byte a value over the bus; made
+    channel-first there, where the copy is cheap)."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a read-only buffer: only read, then copied
+        t = torch.from_numpy(img)
+    return t.to(device).permute(2, 0, 1).contiguous()
+
+
+def lut_tensor(lut: np.ndarray, device: str) -> Any:
+    """The (3, 256) table on ``device``, flattened for the gather."""
+    import torch
+
+    return torch.from_numpy(lut).to(device).reshape(-1)
+
+
+def normalize_chw_tensor(chw: Any, table: Any) -> Any:
+    """(3, H, W) uint8 tensor -> (3, H, W) float32 through the flattened table, on its device."""
+    import torch
+
+    offsets = torch.arange(chw.shape[0], device=chw.device).view(-1, 1, 1) * 256
+    return table[chw.long() + offsets]
+
+
+def patchify_qwen_tensor(chw: Any, table: Any, patch: int, merge: int, temporal: int) -> Any:
+    """(3, H, W) uint8 tensor -> Qwen2-VL's (grid_h*grid_w, 3*temporal*patch*patch) float32."""
+    p = normalize_chw_tensor(chw, table)
+    c, h, w = p.shape
+    gh, gw = h // patch, w // patch
+    p = p.reshape(c, gh // merge, merge, patch, gw // merge, merge, patch)
+    p = p.permute(1, 4, 2, 5, 0, 3, 6).unsqueeze(5).expand(-1, -1, -1, -1, -1, temporal, -1, -1)
+    return p.reshape(gh * gw, c * temporal * patch * patch).contiguous()
 
 
 def normalize_chw_torch(img: np.ndarray, lut: np.ndarray, device: str) -> Any:
-    import torch
-
-    t = torch.tensor(img, device=device, dtype=torch.long)  # (H, W, C); copies (the input is read-only)
-    table = torch.from_numpy(lut).to(device)
-    c = t.shape[-1]
-    offsets = torch.arange(c, device=device) * 256
-    return table.reshape(-1)[(t + offsets).permute(2, 0, 1)].contiguous()
+    """``normalize_chw`` on ``device`` from host pixels."""
+    return normalize_chw_tensor(upload_chw(img, device), lut_tensor(lut, device))
 
 
 def patchify_qwen_torch(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int, device: str) -> Any:
-    chw = normalize_chw_torch(img, lut, device)
-    c, h, w = chw.shape
-    gh, gw = h // patch, w // patch
-    p = chw.reshape(c, gh // merge, merge, patch, gw // merge, merge, patch)
-    p = p.permute(1, 4, 2, 5, 0, 3, 6).unsqueeze(5).expand(-1, -1, -1, -1, -1, temporal, -1, -1)
-    return p.reshape(gh * gw, c * temporal * patch * patch).contiguous()
+    """``patchify_qwen`` on ``device`` from host pixels."""
+    return patchify_qwen_tensor(upload_chw(img, device), lut_tensor(lut, device), patch, merge, temporal)
 
 
 def warmup() -> None:

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import (
     ImageDecodeError,
+    ImageDecoderUnavailableError,
     ImageFormatError,
     ImageTooLargeError,
     MediaLoadError,
@@ -123,6 +124,11 @@ class LoadedImage:
     source_format: str | None
     """Pillow format name ("PNG", "JPEG", "BMP", ...)."""
 
+    pixels: Any = None
+    """The same pixels as a (3, H, W) uint8 torch tensor on the device they were decoded on
+    (``IMAGE_DECODE_DEVICE``), for the device path to process in place; None when decoded by
+    Pillow. ``rgb`` is always there too: the content hash is taken on the host."""
+
     @property
     def height(self) -> int:
         return int(self.rgb.shape[0])
@@ -165,9 +171,9 @@ def check_media_io_kwargs(media_io_kwargs: Mapping[str, Any] | None) -> None:
             )
 
 
-def load_image(source: str | bytes, limits: MediaLimits) -> LoadedImage:
+def load_image(source: str | bytes, limits: MediaLimits, decode_on: str | None = None) -> LoadedImage:
     """Load one image from a data URL, ``file:`` URL / local path, allow-listed URL or raw bytes."""
-    return decode_image(read_media_bytes(source, limits), limits)
+    return decode_image(read_media_bytes(source, limits), limits, decode_on)
 
 
 def read_media_bytes(source: str | bytes, limits: MediaLimits) -> bytes:
@@ -289,10 +295,15 @@ ALLOWED_IMAGE_FORMATS = (
 _EXIF_ORIENTATION = 0x0112
 
 
-def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
+def decode_image(data: bytes, limits: MediaLimits, decode_on: str | None = None) -> LoadedImage:
     """Decode image bytes, checking the header's pixel count before decoding pixels. Failures
     carry vLLM's words (``Failed to load image: `` and Pillow's message, its memory address
-    dropped as vLLM's error handler drops it)."""
+    dropped as vLLM's error handler drops it).
+
+    ``decode_on`` (a torch device, ``IMAGE_DECODE_DEVICE``): a complete three-component JPEG is
+    decoded there by torchvision (``devices.decode_jpeg_on``), EXIF orientation applied to the
+    tensor; anything else, and any JPEG torchvision fails on, goes to Pillow, whose refusal then
+    carries vLLM's words."""
     from PIL import Image
 
     try:
@@ -313,6 +324,10 @@ def decode_image(data: bytes, limits: MediaLimits) -> LoadedImage:
             f"{limits.max_pixels} pixels. Set MAX_IMAGE_PIXELS to increase this limit."
         )
     fmt = img.format
+    if decode_on is not None and fmt == "JPEG" and img.mode == "RGB" and _ends_complete(data):
+        on_device = _decode_jpeg_on(data, decode_on, _orientation(img))
+        if on_device is not None:
+            return on_device
     try:
         img = _upright(img)
         img.load()
@@ -334,16 +349,46 @@ def _sanitized(e: BaseException) -> str:
     return _ADDRESS.sub(">", str(e))
 
 
+def _orientation(img: "Image.Image") -> int:
+    """The EXIF Orientation tag from the header Pillow read (1, upright, when absent or unreadable)."""
+    try:
+        orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 (a malformed EXIF block: vLLM ignores it too)
+        return 1
+    return orientation if isinstance(orientation, int) else 1
+
+
+def _ends_complete(data: bytes) -> bool:
+    """Whether JPEG bytes end with the end-of-image marker: a truncated file, which Pillow refuses
+    ("image file is truncated"), goes to Pillow rather than to a decoder that may fill it in."""
+    return data.rstrip(b"\0")[-2:] == b"\xff\xd9"
+
+
+def _decode_jpeg_on(data: bytes, device: str, orientation: int) -> LoadedImage | None:
+    """The JPEG decoded on ``device`` and made upright; None where torchvision fails on it (Pillow
+    then decodes it, or refuses it in vLLM's words)."""
+    from . import devices
+
+    try:
+        chw = devices.decode_jpeg_on(data, device, orientation)
+    except ImageDecoderUnavailableError:
+        raise  # a deployment error (the processor refuses it at load): never hidden by Pillow
+    except (RuntimeError, ValueError):  # nvJPEG's and libjpeg's refusals of the data
+        return None
+    # The host copy the content hash reads (vLLM's identity is a hash of these pixels).
+    # Made (H, W, 3)-contiguous where the pixels are (on a GPU, fast), then one copy to the host.
+    rgb = chw.permute(1, 2, 0).contiguous().cpu().numpy()
+    rgb.flags.writeable = False
+    return LoadedImage(rgb=rgb, source_mode="RGB", source_format="JPEG", pixels=chw)
+
+
 def _upright(img: "Image.Image") -> "Image.Image":
     """vLLM's orientation rule: the EXIF Orientation tag applied, as ``ImageOps.exif_transpose``
     does. Images without a tag (or with 1, upright) skip it: the transpose would only copy."""
     from PIL import ImageOps
 
-    try:
-        orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
-    except Exception:  # noqa: BLE001 (a malformed EXIF block: vLLM ignores it too)
-        return img
-    if orientation in (None, 1):
+    orientation = _orientation(img)
+    if orientation == 1:
         return img
     try:
         return ImageOps.exif_transpose(img)

@@ -37,8 +37,10 @@ from ..errors import (
     MultiModalPlaceholderCountError,
     UnsupportedMultiModalError,
 )
-from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
+from ..media_defaults import DEFAULT_IMAGE_DECODE_DEVICE, DEFAULT_IMAGE_PROCESSOR
+from ..model_info import config_number
 from ..params import LengthLimit
+from . import devices
 from .cache import CacheStats, ProcessorCache
 from .families import ImageFamily, PixtralFamily, ProcessedImage, Qwen2VLFamily
 from .identity import bytes_key, content_hash, source_key, uuid_key, validate_mm_uuids
@@ -71,7 +73,8 @@ class PlaceholderRange:
 class MultiModalOutput:
     """What the multimodal stage hands on: expanded ids, the family's tensors, item identities.
 
-    Tensor layouts (numpy on CPU; torch tensors on the processor's device for ``device="cuda"``):
+    Tensor layouts (numpy on CPU; torch tensors on the processor's device for ``device="cuda"``,
+    or ``"cpu:0"``, the device path's torch code on the CPU):
 
     * Qwen2-VL: ``pixel_values`` float32 [total_patches, 3 * temporal_patch_size * patch**2]
       (items concatenated in order, as ``Qwen2VLImageProcessor`` returns them);
@@ -130,13 +133,15 @@ class MultiModalProcessor:
         limits: MediaLimits | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         device: str = "cpu",
+        decode_device: str = DEFAULT_IMAGE_DECODE_DEVICE,
         max_workers: int | None = None,
     ) -> None:
-        if device != "cpu" and not device.startswith("cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        devices.check_device(device)
         self.family = family
         self.limits = limits or MediaLimits()
         self.device = device
+        # Where JPEG images are decoded (None: Pillow); refused here, at load, when it cannot run.
+        self.decode_on = devices.check_decode_device(decode_device, device, family.image_processor)
         self.cache: ProcessorCache[ProcessedImage] = ProcessorCache(cache_bytes, lambda p: p.nbytes)
         # Encoded-bytes digest -> content hash: a repeated upload of the same file is a cache hit
         # without decoding it again (about 200 bytes an entry, so ~5,000 entries).
@@ -153,10 +158,27 @@ class MultiModalProcessor:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         device: str = "cpu",
         image_processor: str = DEFAULT_IMAGE_PROCESSOR,
+        decode_device: str = DEFAULT_IMAGE_DECODE_DEVICE,
     ) -> "MultiModalProcessor":
         """The processor a model folder's ``config.json`` / ``preprocessor_config.json`` call for,
-        resizing and normalizing as ``image_processor`` says ("fast" or "slow", see ``families``)."""
-        return cls(load_family(model_dir, image_processor), limits=limits, cache_bytes=cache_bytes, device=device)
+        resizing and normalizing as ``image_processor`` says ("fast" or "slow", see ``families``),
+        on ``device``, decoding JPEG images on ``decode_device`` ("cpu" or "cuda", see ``devices``)."""
+        family = load_family(model_dir, image_processor)
+        return cls(family, limits=limits, cache_bytes=cache_bytes, device=device, decode_device=decode_device)
+
+    @classmethod
+    def from_config(cls, params: Mapping[str, str]) -> "MultiModalProcessor":
+        """From ``mm_process``'s config parameters (what the launcher writes from its settings:
+        ``device`` is ``IMAGE_DEVICE`` resolved, ``decode_device`` ``IMAGE_DECODE_DEVICE``); an
+        absent or empty parameter keeps its default."""
+        return cls.from_model_dir(
+            params["model_dir"],
+            limits=MediaLimits.from_config(params),
+            cache_bytes=config_number(params, "cache_bytes", int, DEFAULT_CACHE_BYTES),
+            device=params.get("device") or "cpu",
+            image_processor=params.get("image_processor") or DEFAULT_IMAGE_PROCESSOR,
+            decode_device=params.get("decode_device") or DEFAULT_IMAGE_DECODE_DEVICE,
+        )
 
     # --- what other stages need to know ---------------------------------------------------------
 
@@ -186,6 +208,13 @@ class MultiModalProcessor:
 
         kernels.warmup()
         self.family.lut  # noqa: B018 - built at load (torch's operators for the fast table), not by a first image
+        if devices.on_torch(self.device):
+            # The device path once, resize included: the CUDA context, the table's copy and the
+            # kernels' first launch belong to loading, not to the first request.
+            from .media import LoadedImage
+
+            tiny = np.zeros((37, 41, 3), dtype=np.uint8)
+            self.family.process(LoadedImage(tiny, "RGB", None), {}, self.device)
 
     # --- processing -----------------------------------------------------------------------------
 
@@ -307,7 +336,7 @@ class MultiModalProcessor:
                     )
                 return cached, key, True
             value, hit = self.cache.get_or_process(
-                key, lambda: fam.process(load_image(it.data, self.limits), kwargs, device)
+                key, lambda: fam.process(load_image(it.data, self.limits, self.decode_on), kwargs, device)
             )
             return value, key, hit
         # A data URL's text seen before names its bytes exactly: a hit skips the base64 decode too.
@@ -322,7 +351,7 @@ class MultiModalProcessor:
             if skey is not None:
                 self._by_bytes.put(skey, hit[1])
             return hit
-        img = decode_image(raw, self.limits)
+        img = decode_image(raw, self.limits, self.decode_on)
         key = content_hash(img.rgb, settings)
         self._by_bytes.put(bkey, key)
         if skey is not None:

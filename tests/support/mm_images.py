@@ -117,3 +117,25 @@ def png_bomb_header(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     idat = zlib.compress(b"\0" * 16)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+# JPEG photos for decoding on a device (benchmarks/gpu_check.py, tests/unit/test_mm_devices.py):
+# the gradient-and-noise pixels at quality 90 with 4:2:0 chroma (Pillow's default, what cameras
+# write), optionally tagged with an EXIF Orientation so the decoder's result must be turned upright.
+JPEG_SIZES: dict[str, tuple[int, int]] = {"jpeg_640x480": (640, 480), "jpeg_4000x3000": (4000, 3000)}
+
+
+@functools.lru_cache(maxsize=None)
+def jpeg(w: int, h: int, orientation: int = 1, seed: int = 12) -> bytes:
+    """A ``w`` x ``h`` JPEG (as stored: EXIF ``orientation`` says how to turn it upright)."""
+    exif = Image.Exif()
+    if orientation != 1:
+        exif[0x0112] = orientation
+    buf = io.BytesIO()
+    rgb(w, h, seed, block=4 if w * h > 1_000_000 else 1).save(buf, format="JPEG", quality=90, exif=exif)
+    return buf.getvalue()
+
+
+def named_jpeg(name: str) -> bytes:
+    """``JPEG_SIZES[name]`` as JPEG bytes, upright."""
+    return jpeg(*JPEG_SIZES[name])

@@ -225,6 +225,64 @@ def test_report_sections_for_images_and_the_gpu_check(tmp_path: Path) -> None:
     assert "pydantic" in text and "gpu_check_vllm_images" in text
 
 
+def test_gpu_section_reports_the_device_path_check(tmp_path: Path) -> None:
+    """``benchmarks/gpu_check.py``'s JSON version 2 (issue 51's targets) renders as such; the
+    committed version-1 JSON keeps rendering (test above)."""
+    diff = {"shape_equal": True, "max_abs_diff": 0.0, "mean_abs_diff": 0.0, "fraction_off": 0.0}
+    g = {
+        "version": 2,
+        "passed": False,
+        "held": {"oracle": False, "cpu_path_bit_exact": True},
+        "environment": {"device": "cuda", "device_name": "NVIDIA H100", "torch": "2.11.0", "torchvision": "0.26.0"},
+        "oracle": {"available": False, "reason": "no torchvision", "atol": 1e-5, "rows": []},
+        "cpu_path": {"bit_exact": True, "rows": []},
+        "device_vs_cpu": {"ids_grids_hashes_equal": True, "rows": [{**diff, "max_abs_diff": 0.015}]},
+        "decode": {
+            "available": True,
+            "rows": [
+                {
+                    "image": "jpeg_640x480",
+                    "orientation": 6,
+                    "decoded_on": "cuda:0",
+                    **diff,
+                    "hash_equal": False,
+                    "upright": True,
+                }
+            ],
+        },
+        "timings": [
+            {
+                "family": "qwen2_vl",
+                "image": "jpeg_4000x3000",
+                "cpu_miss_ms": 500.0,
+                "device_miss_ms": 100.0,
+                "device_miss_speedup": 5.0,
+                "device_decode_miss_ms": 40.0,
+                "device_decode_miss_speedup": 12.5,
+                "cpu_hit_ms": 1.0,
+                "device_hit_ms": 1.0,
+            }
+        ],
+        "stages": {"image": "jpeg_4000x3000", "pil_decode_ms": 90.0, "device_decode_ms": 9.0, "hash_ms": 30.0},
+        "memory": [{"family": "qwen2_vl", "cache_bytes_per_image": 100, "device_allocated_bytes_per_image": 512}],
+        "residency": [
+            {
+                "family": "qwen2_vl",
+                "hit_hits": 1,
+                "hit_hashes_equal": True,
+                "hit_pixel_values_on": "cuda:0",
+                "hit_pixel_values_bytes": 100,
+                "to_host_ms": 0.1,
+            }
+        ],
+    }
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    text = "\n".join(report.gpu_section(tmp_path / "g.json"))
+    assert "NVIDIA H100" in text and "**failed: oracle**" in text and "**oracle unavailable**: no torchvision" in text
+    assert "| qwen2_vl | jpeg_4000x3000 | 500.0 | 100.0 | 5.0 | 40.0 | 12.5 |" in text
+    assert "| jpeg_640x480 | 6 | cuda:0 |" in text and "cached tensor on cuda:0" in text and "512 allocated" in text
+
+
 def test_hand_written_sections_survive_a_regenerated_report(tmp_path: Path) -> None:
     doc = tmp_path / "PERFORMANCE.md"
     doc.write_text(f"# old generated part\n\n{report.HAND_WRITTEN}\n\n## Measured by hand\n\nkept\n")

@@ -211,10 +211,8 @@ def test_torch_path_on_cpu_matches_numba(family: str, image_processor: str, qwen
 
     d, prompt = (qwen_dir, qwen_prompt) if family == "qwen2_vl" else (pixtral_dir, pixtral_prompt)
     numba = MultiModalProcessor.from_model_dir(d, cache_bytes=0, image_processor=image_processor)
-    on_torch = MultiModalProcessor.from_model_dir(d, cache_bytes=0, image_processor=image_processor)
-    # The constructor takes "cpu" (numba) or "cuda[:N]"; the families run the torch twin for any
-    # device but the literal "cpu", so "cpu:0" is the GPU code path on the CPU.
-    on_torch.device = "cpu:0"
+    # "cpu" is the numba path; any other device the torch code, so "cpu:0" is the GPU code path on the CPU.
+    on_torch = MultiModalProcessor.from_model_dir(d, cache_bytes=0, image_processor=image_processor, device="cpu:0")
     cases = [[name] for name in PARITY_IMAGES] + [PARITY_IMAGES]
     for names in cases:
         items = [item(data_url(png(n)), i=i) for i, n in enumerate(names)]
@@ -289,12 +287,17 @@ def test_image_processor_setting_is_checked(qwen_dir: Path, tmp_path: Path) -> N
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason=_cuda_skip_reason())
 def test_cuda_path_matches_cpu(qwen_dir: Path, pixtral_dir: Path) -> None:
+    """On the device the fast processor resizes there, as vLLM's does with device="cuda":
+    torchvision's GPU rule is a float32 interpolate rounded to uint8 where the CPU's is uint8
+    fixed-point, so pixels may differ by a grey level (1/255/std, 0.0152 for the CLIP std; two
+    allowed); ids, grids and hashes are equal. The device's own oracle, transformers run on the
+    same device, is ``make gpu-check``'s (benchmarks/gpu_check.py)."""
     for d, prompt in ((qwen_dir, qwen_prompt(2)), (pixtral_dir, pixtral_prompt(2))):
         items = [item(data_url(png("rgb_640x480"))), item(data_url(png("odd_333x77")), i=1)]
         cpu = MultiModalProcessor.from_model_dir(d).process(prompt, items)
         gpu = MultiModalProcessor.from_model_dir(d, device="cuda").process(prompt, items)
         assert gpu.pixel_values.is_cuda
-        assert np.array_equal(gpu.pixel_values.cpu().numpy(), cpu.pixel_values)
+        assert np.abs(gpu.pixel_values.cpu().numpy() - cpu.pixel_values).max() <= 2 * 0.0152
         assert gpu.input_ids == cpu.input_ids and gpu.hashes == cpu.hashes
 
 

@@ -12,8 +12,6 @@ import triton_python_backend_utils as pb_utils
 
 from renderer.chat.messages import items_from_wire
 from renderer.chat_stage import MediaKwargs
-from renderer.media_defaults import DEFAULT_IMAGE_PROCESSOR
-from renderer.multimodal.media import MediaLimits
 from renderer.multimodal.processor import MultiModalProcessor
 from renderer.multimodal.tensors import identifiers_array, image_tensors
 from renderer.params import LengthLimit
@@ -25,16 +23,10 @@ OUT = io.StageOutputs("mm_process")
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        p = io.model_params(args)
-        limits = MediaLimits.from_config(p)
-        self.processor = MultiModalProcessor.from_model_dir(
-            p["model_dir"],
-            limits=limits,
-            cache_bytes=int(p["cache_bytes"]),
-            device=p.get("device", "cpu"),
-            image_processor=p.get("image_processor") or DEFAULT_IMAGE_PROCESSOR,
-        )
-        self.processor.warmup()  # compiles the numba kernels before the first request
+        # Model folder, limits, cache, IMAGE_PROCESSOR, IMAGE_DEVICE and IMAGE_DECODE_DEVICE, as
+        # the launcher wrote them; a device setting that cannot run here refuses to load.
+        self.processor = MultiModalProcessor.from_config(io.model_params(args))
+        self.processor.warmup()  # compiles the numba kernels (and runs the device path once) before the first request
         self.image_tensors = image_tensors(self.processor.family.name)
         # The families must outlive their metrics: keep both.
         kind = pb_utils.MetricFamily.COUNTER
