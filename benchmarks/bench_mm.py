@@ -11,7 +11,11 @@ For each family and image size:
   each time (a miss: chat_render + tokenize + mm_process + the transfer of the data URL and the
   tensors), and the same image again (a hit: the cache-hit latency a client sees);
 - the ``chat`` path on that hit: the same chat generating one token on the family's tiny model in
-  the same server (render, mm_process and the model's prefill; the image tensors never leave it).
+  the same server (render, mm_process and the model's prefill; the image tensors never leave it);
+- vLLM's Python render server on the same tiny model, where ``make engine-vllm`` built its
+  environment: the same chats to its ``/v1/chat/completions/render``, miss and hit, each of its
+  requests alternating with ours, both servers up (it returns ``pixel_values`` as uint8 patches
+  in msgpack, normalized later by the model; ``render_chat`` returns them normalized, float32).
 Builds the tiny model folders under ``build/models`` if missing. Loopback only.
 """
 
@@ -71,6 +75,41 @@ def family_settings(family: str, models: str, build_dir: Path, port: int) -> Any
     )
 
 
+def alternating_ms(fns: list[Callable[[], Any]], repeat: int) -> list[float]:
+    """Median ms of each of ``fns``, called in turn ``repeat`` times after one warm-up call each, so
+    that every one sees the same stretch of a shared machine."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, t in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - start)
+    return [statistics.median(t) * 1000 for t in times]
+
+
+class VllmRender:
+    """One keep-alive HTTP connection to vLLM's render server's chat endpoint."""
+
+    def __init__(self, port: int, model: str) -> None:
+        import http.client
+
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.model = model
+
+    def render_chat(self, messages: list[dict]) -> None:
+        body = json.dumps({"model": self.model, "messages": messages})
+        self.conn.request("POST", "/v1/chat/completions/render", body, {"Content-Type": "application/json"})
+        r = self.conn.getresponse()
+        data = r.read()
+        if r.status != 200 or b'"mm_hashes"' not in data:  # an image chat it did not render is no time
+            raise RuntimeError(f"vLLM's render server answered {r.status}: {data[:300]!r}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def inprocess_hit_ms(processor: Any, family: str, png: bytes, repeat: int) -> float:
     """Median ms of ``processor.process`` on the same image again (a cache hit): target 4's base."""
     from renderer.chat.messages import MultiModalItem
@@ -118,13 +157,20 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
         f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
         f"{'triton miss':>12} {'triton hit':>11} {'chat hit':>9} {'HF/ours':>8} {'HF/triton':>10}"
     )
+    from benchmarks import peer
+
     for i, (fam, d) in enumerate(dirs.items()):
         port = 19500 + 10 * i
         s = family_settings(fam, "render_chat,chat", ROOT / "build" / f"bench-mm-{fam}", port)
         if launch.start(s) != 0:
             return {"error": f"the {fam} server did not start; see {s.log_file}"}
         client = RendererClient(f"127.0.0.1:{port}")
+        vllm_server = peer.PeerServer(str(d), port=port + 5, log=ROOT / "build" / "bench" / f"vllm-render-{fam}.log")
+        vllm: VllmRender | None = None
         try:
+            if peer.installed():
+                vllm_server.start()
+                vllm = VllmRender(vllm_server.port, str(d))
             cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
             warm = MultiModalProcessor.from_model_dir(d)
             if fam == "qwen2_vl":
@@ -148,10 +194,26 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                         for k in range(repeat + 1)
                     ]
                 )
-                t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), repeat)
                 same = _chat(data_url(png))
-                client.render_chat(same)
-                t_hit = _ms(lambda: client.render_chat(same), repeat)
+                if vllm is None:
+                    t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), repeat)
+                    client.render_chat(same)
+                    t_hit = _ms(lambda: client.render_chat(same), repeat)
+                    v_miss = v_hit = None
+                else:
+                    # The same fresh images for both servers, each new to both caches.
+                    urls = [
+                        data_url(encode(rgb(w, h, seed=300 + k, block=8 if w * h > 4_000_000 else 1)))
+                        for k in range(repeat + 1)
+                    ]
+                    ours, theirs = iter(urls), iter(urls)
+                    t_miss, v_miss = alternating_ms(
+                        [lambda: client.render_chat(_chat(next(ours))), lambda: vllm.render_chat(_chat(next(theirs)))],
+                        repeat,
+                    )
+                    t_hit, v_hit = alternating_ms(
+                        [lambda: client.render_chat(same), lambda: vllm.render_chat(same)], repeat
+                    )
                 t_chat = _ms(lambda: list(client.generate("chat", messages=same, max_tokens=1)), repeat)
                 row = {
                     "family": fam,
@@ -167,6 +229,13 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                     "served_over_inprocess_hit": round(t_hit / t_warm, 2),
                     "served_over_inprocess_miss": round(t_miss / t_cold, 2),
                 }
+                if v_miss is not None and v_hit is not None:
+                    row.update(
+                        vllm_miss_ms=round(v_miss, 2),
+                        vllm_hit_ms=round(v_hit, 2),
+                        miss_over_vllm=round(t_miss / v_miss, 2),
+                        hit_over_vllm=round(t_hit / v_hit, 2),
+                    )
                 rows.append(row)
                 log(
                     f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
@@ -174,8 +243,11 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                 )
         finally:
             client.close()
+            if vllm is not None:
+                vllm.close()
+            vllm_server.stop()
             launch.stop(s)
-    return {"repeat": repeat, "rows": rows}
+    return {"repeat": repeat, "rows": rows, "vllm_peer": peer.version() if peer.installed() else None}
 
 
 def _chat(url: str) -> list[dict]:

@@ -242,6 +242,7 @@ def mm_section(res: dict[str, Any]) -> list[str]:
     if not mm:
         return []
     out = ["## Images: served against in process (`benchmarks/bench_mm.py`)\n"]
+    peer = mm.get("vllm_peer") if any("vllm_miss_ms" in r for r in mm.get("rows") or []) else None
     if "error" in mm:
         return out + [f"Failed: {mm['error'][:500]}\n"]
     out.append(
@@ -266,10 +267,19 @@ def mm_section(res: dict[str, Any]) -> list[str]:
             r.get("chat_hit_1_token_ms", "-"),
             r.get("hf_pil_ms"),
         ]
+        + ([r.get("vllm_miss_ms", "-"), r.get("vllm_hit_ms", "-")] if peer else [])
         for r in mm["rows"]
     ]
     heads = ["family", "image", "miss in process ms", "miss served ms", "ratio", "hit in process ms"]
     heads += ["hit served ms", "ratio", "hit through chat, 1 token ms", "HF PIL processor ms"]
+    if peer:
+        heads += ["vLLM render server miss ms", "vLLM render server hit ms"]
+        out.append(
+            f"vLLM's Python render server (vLLM {peer}) on the same tiny model beside ours: the same chats to "
+            "its `/v1/chat/completions/render`, each request alternating with ours (a miss: an image new to "
+            "both). It returns `pixel_values` as uint8 patches (msgpack in the JSON), which the model "
+            "normalizes; `render_chat` returns them normalized, float32, four times the bytes.\n"
+        )
     return out + [_table(heads, rows), ""] + image_floor_section(res)
 
 
@@ -1181,6 +1191,27 @@ def lean_targets_section(res: dict[str, Any]) -> list[str]:
             gap = round(p_ours["p50_ms"] - p_floor["p50_ms"], 3)
             rs_note = f" (vllm-rs {p_rs['p50_ms']:.2f} ms)" if p_rs else ""
             table.append([f"{model} p50 at c=1 within 0.1 ms of the floor{rs_note}", gap, 0.1, "<="])
+    # Images against vLLM's Python render server (vllm-rs renders no images): benchmarks.bench_mm.
+    mm_rows = [r for r in ((res.get("mm") or {}).get("rows") or []) if "miss_over_vllm" in r]
+    if mm_rows:
+        worst_miss = max(mm_rows, key=lambda r: r["miss_over_vllm"])
+        worst_hit = max(mm_rows, key=lambda r: r["hit_over_vllm"])
+        table.append(
+            [
+                f"image chat miss / vLLM render server's <= 1.0 (worst: {worst_miss['family']} {worst_miss['size']})",
+                worst_miss["miss_over_vllm"],
+                1.0,
+                "<=",
+            ]
+        )
+        table.append(
+            [
+                f"image chat hit / vLLM render server's < 1.0 (worst: {worst_hit['family']} {worst_hit['size']})",
+                worst_hit["hit_over_vllm"],
+                0.999,
+                "<=",
+            ]
+        )
     out = []
     for name, value, bound, op in table:
         met = None if value is None else (value <= bound if op == "<=" else value >= bound)

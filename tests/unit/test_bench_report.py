@@ -290,3 +290,19 @@ def test_hand_written_sections_survive_a_regenerated_report(tmp_path: Path) -> N
     text = doc.read_text()
     assert "old generated part" not in text
     assert text.count(report.HAND_WRITTEN) == 1 and text.rstrip().endswith("## Measured by hand\n\nkept")
+
+
+def test_images_against_vllms_render_server_are_columns_and_a_target() -> None:
+    res = _res()
+    res["mm"]["vllm_peer"] = "0.32.0"
+    res["mm"]["rows"][0].update(vllm_miss_ms=20.0, vllm_hit_ms=12.0, miss_over_vllm=0.7, hit_over_vllm=0.5)
+    res["mm"]["rows"][1].update(vllm_miss_ms=16.0, vllm_hit_ms=15.0, miss_over_vllm=1.25, hit_over_vllm=0.5)
+    mm = "\n".join(report.mm_section(res))
+    assert "vLLM render server miss ms" in mm and "| 20.0 | 12.0 |" in mm and "vLLM 0.32.0" in mm
+    targets = "\n".join(report.sections.lean_targets_section(res))
+    assert "| image chat miss / vLLM render server's <= 1.0 (worst: pixtral 640x480) | 1.25 | **not met** |" in targets
+    assert "| image chat hit / vLLM render server's < 1.0 (worst: qwen2_vl 640x480) | 0.50 | met |" in targets
+    # Without the peer the section has neither the columns nor the target rows.
+    plain = _res()
+    assert "vLLM render server" not in "\n".join(report.mm_section(plain))
+    assert "image chat" not in "\n".join(report.sections.lean_targets_section(plain))
