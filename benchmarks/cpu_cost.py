@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
 
-    from benchmarks.run import floor_templates, server_settings, start_on
+    from benchmarks.servers import floor_templates, server_settings, start_on
     from launcher import cli as launch
     from launcher import repository
 

@@ -35,7 +35,7 @@ def _count(concurrency: int, quick: bool) -> list[str]:
 
 
 def run(rounds: int = 3, quick: bool = False) -> dict[str, Any]:
-    from benchmarks.run import server_settings
+    from benchmarks.servers import server_settings
     from launcher import cli as launch
     from launcher.settings import Settings
 

@@ -64,7 +64,7 @@ def differing_outputs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> lis
 
 def measure_family(family: str, rounds: int, repeat: int, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from benchmarks.floor import IMAGE_STAND_INS, RECORDED, repository_with_stand_ins, write_recorded
-    from benchmarks.run import start_on
+    from benchmarks.servers import start_on
     from client import RendererClient
     from client.triton_client import chat_inputs
     from launcher import cli as launch

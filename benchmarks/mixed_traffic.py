@@ -576,7 +576,7 @@ def settings(build_dir: Path, port: int, models: str = MODELS) -> Any:
     folder (only this run's log is read)."""
     import shutil
 
-    from benchmarks.run import server_settings
+    from benchmarks.servers import server_settings
 
     shutil.rmtree(build_dir, ignore_errors=True)
     return server_settings(

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
 
-    from benchmarks.run import server_settings
+    from benchmarks.servers import server_settings
     from launcher import cli as launch
 
     s = server_settings(

@@ -55,9 +55,9 @@ from benchmarks import head_to_head as h2h
 from benchmarks import make_inputs
 from benchmarks import peer as peer_mod
 from benchmarks import perf_analyzer as pa
+from benchmarks.servers import server_settings, start_floor
 from benchmarks.layout import (
     ALL_INPUTS,
-    BUILD,
     EXTRA_INPUTS,
     FLOOR_PORT,
     GRPC_PORT,
@@ -177,23 +177,6 @@ class Plan:
             doc,
             **rs,
         )
-
-
-def server_settings(**overrides: Any) -> Any:
-    from launcher import cli as launch
-
-    base = launch.Settings.from_env()
-    fields = dict(
-        http_port=HTTP_PORT,
-        grpc_port=GRPC_PORT,
-        metrics_port=METRICS_PORT,
-        openai_port=0,
-        build_dir=str(WORK / "server"),
-        models_dir=str(BUILD / "models"),
-        models="render_completion,render_chat,chat",
-    )
-    fields.update(overrides)
-    return dataclasses.replace(base, **fields)
 
 
 def model_dir() -> str:
@@ -384,30 +367,6 @@ def streaming(n: int, max_tokens: int) -> dict[str, Any]:
         "total_max_ms": max(total),
         "pieces_p50": statistics.median(pieces),
     }
-
-
-def floor_templates() -> Path:
-    """``model_repository/`` with ``tokenize`` and ``chat_render`` replaced by ``benchmarks/floor``."""
-    from benchmarks.floor import repository_with_stand_ins
-
-    return repository_with_stand_ins(WORK / "floor-templates")
-
-
-def start_on(s: Any, templates: Path) -> bool:
-    """Start a server with settings ``s`` on the model-repository templates ``templates`` (the
-    launcher fills ``launcher.repository.TEMPLATES``); True when it is ready."""
-    from unittest import mock
-
-    from launcher import cli as launch
-    from launcher import repository
-
-    with mock.patch.object(repository, "TEMPLATES", templates):
-        return launch.start(s) == 0
-
-
-def start_floor(s: Any) -> bool:
-    """Start a server with settings ``s`` on the floor's model repository; True when it is ready."""
-    return start_on(s, floor_templates())
 
 
 def run_floor(plan: Plan) -> list[dict[str, Any]]:

@@ -85,10 +85,10 @@ def test_image_floor_replaces_the_three_stages(tmp_path):
 
 
 def test_floor_templates_replace_only_the_two_stages(tmp_path, monkeypatch):
-    from benchmarks import run
+    from benchmarks import servers
 
-    monkeypatch.setattr(run, "WORK", tmp_path)
-    dst = run.floor_templates()
+    monkeypatch.setattr(servers, "WORK", tmp_path)
+    dst = servers.floor_templates()
     for model in ("tokenize", "chat_render"):
         assert (dst / model / "1" / "model.py").read_text() == (
             ROOT / "benchmarks" / "floor" / f"{model}.py"
@@ -119,14 +119,14 @@ def test_a_half_floor_replaces_one_stage_and_keeps_the_other_real(tmp_path, repl
 def test_floor_server_is_rendered_from_the_stand_in_repository(tmp_path, monkeypatch):
     """``start_on`` must swap the templates where the launcher reads them: after the launcher's
     layout split, patching the wrong module left the floor unable to start at all."""
-    from benchmarks import run
+    from benchmarks import servers
     from benchmarks.floor import repository_with_stand_ins
     from launcher import cli as launch
     from launcher import repository
 
-    s = run.server_settings(build_dir=str(tmp_path / "server"), models="render_chat")
-    monkeypatch.setattr(run, "floor_templates", lambda: repository_with_stand_ins(tmp_path / "templates"))
+    s = servers.server_settings(build_dir=str(tmp_path / "server"), models="render_chat")
+    monkeypatch.setattr(servers, "floor_templates", lambda: repository_with_stand_ins(tmp_path / "templates"))
     monkeypatch.setattr(launch, "start", lambda settings: repository.render_repository(settings) and 0)
-    assert run.start_floor(s)
+    assert servers.start_floor(s)
     served = (s.repository / "chat_render" / "1" / "model.py").read_text()
     assert served == (ROOT / "benchmarks" / "floor" / "chat_render.py").read_text()
