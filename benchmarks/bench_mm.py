@@ -33,7 +33,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _ms(fn, repeat: int) -> float:  # noqa: ANN001
+def median_ms(fn: Callable[[], Any], repeat: int) -> float:
     fn()  # warm-up (numba cache load, Pillow plugin import)
     times = []
     for _ in range(repeat):
@@ -117,7 +117,7 @@ def inprocess_hit_ms(processor: Any, family: str, png: bytes, repeat: int) -> fl
 
     items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
     processor.process(PROMPTS[family], items)
-    return _ms(lambda: processor.process(PROMPTS[family], items), repeat)
+    return median_ms(lambda: processor.process(PROMPTS[family], items), repeat)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,11 +182,11 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
             for w, h in SIZES:
                 png = bench_image(w, h)
                 items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
-                t_cold = _ms(lambda: cold.process(prompt, items), repeat)
+                t_cold = median_ms(lambda: cold.process(prompt, items), repeat)
                 t_warm = inprocess_hit_ms(warm, fam, png, repeat)
                 pil = Image.open(io.BytesIO(png))
                 pil.load()
-                t_hf = _ms(lambda: hf(images=[pil], return_tensors="np"), repeat)
+                t_hf = median_ms(lambda: hf(images=[pil], return_tensors="np"), repeat)
                 # Through Triton: fresh pixels every call for the miss, one image repeated for the hit.
                 fresh = iter(
                     [
@@ -194,11 +194,11 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                         for k in range(repeat + 1)
                     ]
                 )
-                same = _chat(data_url(png))
+                same = image_chat(data_url(png))
                 if vllm is None:
-                    t_miss = _ms(lambda: client.render_chat(_chat(next(fresh))), repeat)
+                    t_miss = median_ms(lambda: client.render_chat(image_chat(next(fresh))), repeat)
                     client.render_chat(same)
-                    t_hit = _ms(lambda: client.render_chat(same), repeat)
+                    t_hit = median_ms(lambda: client.render_chat(same), repeat)
                     v_miss = v_hit = None
                 else:
                     # The same fresh images for both servers, each new to both caches.
@@ -208,13 +208,16 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
                     ]
                     ours, theirs = iter(urls), iter(urls)
                     t_miss, v_miss = alternating_ms(
-                        [lambda: client.render_chat(_chat(next(ours))), lambda: vllm.render_chat(_chat(next(theirs)))],
+                        [
+                            lambda: client.render_chat(image_chat(next(ours))),
+                            lambda: vllm.render_chat(image_chat(next(theirs))),
+                        ],
                         repeat,
                     )
                     t_hit, v_hit = alternating_ms(
                         [lambda: client.render_chat(same), lambda: vllm.render_chat(same)], repeat
                     )
-                t_chat = _ms(lambda: list(client.generate("chat", messages=same, max_tokens=1)), repeat)
+                t_chat = median_ms(lambda: list(client.generate("chat", messages=same, max_tokens=1)), repeat)
                 row = {
                     "family": fam,
                     "size": f"{w}x{h}",
@@ -250,7 +253,7 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     return {"repeat": repeat, "rows": rows, "vllm_peer": peer.version() if peer.installed() else None}
 
 
-def _chat(url: str) -> list[dict]:
+def image_chat(url: str) -> list[dict]:
     return [
         {
             "role": "user",

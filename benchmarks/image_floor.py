@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.bench_mm import SIZES, _chat, _ms, bench_image, family_settings, inprocess_hit_ms
+from benchmarks.bench_mm import SIZES, bench_image, family_settings, image_chat, inprocess_hit_ms, median_ms
 from benchmarks.layout import ROOT, WORK
 
 OUT = ROOT / "benchmarks" / "results" / "image_floor.json"
@@ -74,7 +74,7 @@ def measure_family(family: str, rounds: int, repeat: int, log: Callable[[str], N
 
     model_dir = vlm_model.build(ROOT / "build" / "models" / f"tiny-{family}", family=family)
     pngs = {f"{w}x{h}": bench_image(w, h) for w, h in SIZES}
-    chats = {size: json.dumps(_chat(data_url(png))) for size, png in pngs.items()}
+    chats = {size: json.dumps(image_chat(data_url(png))) for size, png in pngs.items()}
     processor = MultiModalProcessor.from_model_dir(model_dir)
     inproc = {size: inprocess_hit_ms(processor, family, png, repeat) for size, png in pngs.items()}
 
@@ -106,7 +106,7 @@ def measure_family(family: str, rounds: int, repeat: int, log: Callable[[str], N
                     for name in order:
                         client = clients[name]
                         times.setdefault((name, size), []).append(
-                            _ms(lambda: client.render_chat(text), repeat)  # noqa: B023 (called at once)
+                            median_ms(lambda: client.render_chat(text), repeat)  # noqa: B023 (called at once)
                         )
         finally:
             for client in clients.values():
