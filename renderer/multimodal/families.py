@@ -300,6 +300,12 @@ class ImageFamily:
     def empty_tensors(self) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
+        """One request's images as the family's tensors (``pixel_values`` and its grid or sizes
+        tensor), on the device the images were processed on. One image on the CPU is its own
+        (read-only, cached) array, not a copy of 4 MB or more."""
+        raise NotImplementedError
+
 
 class Qwen2VLFamily(ImageFamily):
     """Qwen2-VL / Qwen2.5-VL images (``Qwen2VLImageProcessor``, or ``...Pil`` when slow)."""
@@ -388,6 +394,18 @@ class Qwen2VLFamily(ImageFamily):
     def empty_tensors(self) -> dict[str, np.ndarray]:
         dim = 3 * self.temporal_patch_size * self.patch_size**2
         return {"pixel_values": np.zeros((0, dim), np.float32), "image_grid_thw": np.zeros((0, 3), np.int64)}
+
+    def collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
+        if not processed:
+            return self.empty_tensors()
+        pvs = [p.pixel_values for p in processed]
+        if isinstance(pvs[0], np.ndarray):
+            pv = pvs[0] if len(pvs) == 1 else np.concatenate(pvs, axis=0)
+        else:
+            import torch
+
+            pv = torch.cat(pvs, dim=0)
+        return {"pixel_values": pv, "image_grid_thw": np.array([p.grid for p in processed], dtype=np.int64)}
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -496,3 +514,23 @@ class PixtralFamily(ImageFamily):
 
     def empty_tensors(self) -> dict[str, np.ndarray]:
         return {"pixel_values": np.zeros((0, 3, 0, 0), np.float32), "image_sizes": np.zeros((0, 2), np.int64)}
+
+    def collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
+        # Images of different sizes in one zero-padded batch, each in its top-left corner.
+        if not processed:
+            return self.empty_tensors()
+        pvs = [p.pixel_values for p in processed]
+        sizes = np.array([p.grid for p in processed], dtype=np.int64)
+        on_cpu = isinstance(pvs[0], np.ndarray)
+        if on_cpu and len(pvs) == 1:
+            return {"pixel_values": pvs[0][None], "image_sizes": sizes}
+        mh, mw = int(sizes[:, 0].max()), int(sizes[:, 1].max())
+        if on_cpu:
+            pv = np.zeros((len(pvs), 3, mh, mw), dtype=np.float32)
+        else:
+            import torch
+
+            pv = torch.zeros((len(pvs), 3, mh, mw), dtype=torch.float32, device=pvs[0].device)
+        for j, (x, (h, w)) in enumerate(zip(pvs, sizes)):
+            pv[j, :, :h, :w] = x
+        return {"pixel_values": pv, "image_sizes": sizes}

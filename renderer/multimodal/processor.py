@@ -42,7 +42,7 @@ from ..model_info import config_number
 from ..params import LengthLimit
 from . import devices
 from .cache import CacheStats, ProcessorCache
-from .families import ImageFamily, PixtralFamily, ProcessedImage, Qwen2VLFamily
+from .families import ImageFamily, PixtralFamily, ProcessedImage
 from .identity import bytes_key, content_hash, source_key, uuid_key, validate_mm_uuids
 from .media import (
     MediaLimits,
@@ -270,7 +270,7 @@ class MultiModalProcessor:
             prev = pos + 1
         new_ids.extend(ids[prev:])
 
-        tensors = self._collate(processed)
+        tensors = self.family.collate(processed)
         return MultiModalOutput(
             input_ids=new_ids,
             pixel_values=tensors["pixel_values"],
@@ -364,38 +364,6 @@ class MultiModalProcessor:
         key = self._by_bytes.get(index_key) if index_key is not None else None
         cached = self.cache.get(key) if key is not None else None
         return None if cached is None else (cached, key, True)
-
-    def _collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
-        fam = self.family
-        if not processed:
-            return fam.empty_tensors()
-        pvs = [p.pixel_values for p in processed]
-        on_cpu = isinstance(pvs[0], np.ndarray)
-        # One image on the CPU: its own (read-only, cached) array, not a copy of 4 MB or more.
-        single = on_cpu and len(pvs) == 1
-        if isinstance(fam, Qwen2VLFamily):
-            if single:
-                pv = pvs[0]
-            elif on_cpu:
-                pv = np.concatenate(pvs, axis=0)
-            else:
-                import torch
-
-                pv = torch.cat(pvs, dim=0)
-            return {"pixel_values": pv, "image_grid_thw": np.array([p.grid for p in processed], dtype=np.int64)}
-        sizes = np.array([p.grid for p in processed], dtype=np.int64)
-        if single:
-            return {"pixel_values": pvs[0][None], "image_sizes": sizes}
-        mh, mw = int(sizes[:, 0].max()), int(sizes[:, 1].max())
-        if on_cpu:
-            pv = np.zeros((len(pvs), 3, mh, mw), dtype=np.float32)
-        else:
-            import torch
-
-            pv = torch.zeros((len(pvs), 3, mh, mw), dtype=torch.float32, device=pvs[0].device)
-        for j, (x, (h, w)) in enumerate(zip(pvs, sizes)):
-            pv[j, :, :h, :w] = x
-        return {"pixel_values": pv, "image_sizes": sizes}
 
 
 def items_from_mm_data(mm_data: Mapping[str, Any], mm_uuids: Mapping[str, Any] | None = None) -> list[MultiModalItem]:

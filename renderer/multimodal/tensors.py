@@ -1,7 +1,7 @@
 """The image tensors each model family hands on, named, typed and shaped once.
 
 ``mm_process`` emits them with these dtypes, the launcher writes them into the configs of every
-model and ensemble that carries them (``launcher/cli.py``: ``family_vars``), and
+model and ensemble that carries them (``launcher/repository.py``: ``family_vars``), and
 ``tests/unit/test_config_contract.py`` checks what the adapters send against the rendered configs.
 Layouts are described on ``MultiModalOutput``.
 """

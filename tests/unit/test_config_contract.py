@@ -202,3 +202,29 @@ def test_one_template_renders_each_familys_image_tensors(tmp_path, family):
     chat = parse_config(repo / "chat" / "config.pbtxt")
     detokenize = next(step for step in chat.ensemble_scheduling.step if step.model_name == "detokenize")
     assert set(want) | {"mm_identifiers", "mm_placeholders"} <= set(detokenize.input_map)
+
+
+# Settings only an image model's stages read.
+IMAGE_ONLY_PARAMETERS = {"limit_mm_per_prompt"}
+
+
+@pytest.mark.parametrize(
+    "model",
+    sorted(p.parent.name for p in TEMPLATES.glob("*/config.multimodal.pbtxt") if (p.parent / "config.pbtxt").exists()),
+)
+def test_a_models_two_configs_take_the_same_parameters(tmp_path, model):
+    """A model with a text-only and a multimodal config reads the same settings in either, but
+    for the image-only ones: a parameter added to one and not the other would reach that stage
+    on one kind of model only."""
+    from launcher import cli as launch
+    from launcher import repository
+    from tests.support.fake_triton import parse_config
+
+    s = replace(launch.Settings(), mm_instance_kind="KIND_CPU")
+    text = parse_config(
+        repository.render_repository(replace(s, build_dir=str(tmp_path / "text"))) / model / "config.pbtxt"
+    )
+    image = parse_config(
+        repository.render_repository(replace(s, build_dir=str(tmp_path / "image")), "qwen2_vl") / model / "config.pbtxt"
+    )
+    assert set(text.parameters) == set(image.parameters) - IMAGE_ONLY_PARAMETERS
