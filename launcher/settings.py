@@ -212,10 +212,10 @@ class Settings:
     """vLLM's ``--enable-auto-tool-choice``: off, ``tool_choice`` "auto" (the default when a request
     sends ``tools``) is refused with vLLM's message; on, it needs ``tool_call_parser``."""
     tool_call_parser: str = ""
-    """vLLM's ``--tool-call-parser`` ("hermes", "llama3_json", "mistral"), in use only with
+    """vLLM's ``--tool-call-parser``, one of ``renderer.output_parsers.registry.TOOL_PARSERS``, in use only with
     ``enable_auto_tool_choice``; without one, "required" and a named ``tool_choice`` are refused too."""
     reasoning_parser: str = ""
-    """vLLM's ``--reasoning-parser`` ("deepseek_r1", "qwen3"): a chat's thinking comes back as
+    """vLLM's ``--reasoning-parser``, one of ``renderer.output_parsers.registry.REASONING_PARSERS``: a chat's thinking comes back as
     ``reasoning``, apart from the content; its markers must be tokens of the model."""
     request_template_timeout_s: float = template_defaults.DEFAULT_TIMEOUT_S
     """Wall-clock deadline of one request template's analysis or render in its worker process."""

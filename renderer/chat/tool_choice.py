@@ -107,10 +107,10 @@ class ToolChoicePolicy:
 
     tool_call_parser: str = ""
     """``TOOL_CALL_PARSER``: vLLM's name of the parser that reads tool calls from the output
-    ("hermes", "llama3_json", "mistral"); empty for none."""
+    (a key of ``output_parsers.registry.TOOL_PARSERS``); empty for none."""
 
     reasoning_parser: str = ""
-    """``REASONING_PARSER``: vLLM's ``--reasoning-parser`` ("deepseek_r1", "qwen3"), which splits a
+    """``REASONING_PARSER``: vLLM's ``--reasoning-parser`` (a key of ``REASONING_PARSERS``), which splits a
     reasoning model's thinking into ``reasoning``; empty for none. Its markers must be tokens of
     the model's vocabulary (``check_vocabulary``)."""
 

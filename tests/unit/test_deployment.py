@@ -357,3 +357,13 @@ def test_every_setting_has_one_readme_row_and_every_row_is_a_setting():
     }
     assert names - rows == set(), f"settings without a README row: {sorted(names - rows)}"
     assert rows - names == set(), f"README rows that are no setting: {sorted(rows - names)}"
+
+
+@pytest.mark.parametrize("setting", ["TOOL_CALL_PARSER", "REASONING_PARSER"])
+def test_readme_names_exactly_the_parsers_there_are(setting):
+    from renderer.output_parsers.registry import REASONING_PARSERS, TOOL_PARSERS
+
+    [row] = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| `{setting}` |")]
+    meaning = re.split(r"[(;]", row.split("|")[3])[0]  # the list comes before the first aside
+    named = {n for n in re.findall(r"`([a-z0-9_]+)`", meaning)}
+    assert named == set(TOOL_PARSERS if setting == "TOOL_CALL_PARSER" else REASONING_PARSERS)
