@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.settings import ENCODER_DECODER_MODELS, ROOT, TEMPLATES, Settings, gpu_visible
+from launcher.settings import ENCODER_DECODER_MODELS, ENGINES, ROOT, TEMPLATES, Settings, gpu_visible
 
 
 def model_family(s: Settings) -> str | None:
@@ -150,8 +150,8 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
         if model.name in ENCODER_DECODER_MODELS and not s.serves_encoder_decoder:
             continue
         chosen = pick_config(model, family)
-        if model.name == "llm" and s.llm_engine == "vllm":
-            chosen = model / "config.vllm.pbtxt"
+        if model.name == "llm":
+            chosen = model / ENGINES[s.llm_engine].config
         if chosen is None:
             continue
         dst = out / model.name
@@ -210,14 +210,16 @@ def prepare(s: Settings) -> None:
     elif not (s.resolved_model_dir / "config.json").exists():
         raise SystemExit(f"MODEL_DIR={s.model_dir} holds no config.json (not a Hugging Face model folder)")
     check_image_devices(s)
-    if s.llm_engine not in ("standin", "vllm"):
-        raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose standin or vllm")
+    engine = ENGINES.get(s.llm_engine)
+    if engine is None:
+        raise SystemExit(f"LLM_ENGINE={s.llm_engine} is not an engine here; choose {' or '.join(ENGINES)}")
     if s.engine_model_dir and not (Path(s.engine_model_dir) / "config.pbtxt").exists():
         raise SystemExit(f"ENGINE_MODEL_DIR={s.engine_model_dir} holds no config.pbtxt (not a Triton model folder)")
-    if s.llm_engine == "vllm" and not s.llm_decoupled:
-        raise SystemExit("LLM_DECOUPLED=0 is served by the stand-in engine only; LLM_ENGINE=vllm is decoupled")
-    if s.llm_engine == "vllm" and not (Path(s.vllm_env) / "bin" / "activate").exists():
-        raise SystemExit(f"LLM_ENGINE=vllm needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
+    if engine.decoupled_only and not s.llm_decoupled:
+        served = " or ".join(n for n, e in ENGINES.items() if not e.decoupled_only)
+        raise SystemExit(f"LLM_DECOUPLED=0 is served by {served} only; LLM_ENGINE={s.llm_engine} is decoupled")
+    if engine.environment and not (Path(s.vllm_env) / "bin" / "activate").exists():
+        raise SystemExit(f"LLM_ENGINE={s.llm_engine} needs vLLM's environment at {s.vllm_env}: run `make engine-vllm`")
     if s.llm_engine == "vllm" and model_family(s) is not None:
         check_vllm_images(s)
     if s.serves_encoder_decoder and not s.encoder_decoder_model_dir:

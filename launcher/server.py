@@ -12,7 +12,7 @@ import sysconfig
 from pathlib import Path
 
 from launcher.repository import BLS_CALLEES, GENERATION_ENSEMBLES, models_to_load
-from launcher.settings import ROOT, Settings, gpu_visible
+from launcher.settings import ENGINES, ROOT, Settings, gpu_visible
 from launcher.watchdog import TOKEN_HEADER
 
 
@@ -95,9 +95,10 @@ def server_env(s: Settings | None = None) -> dict[str, str]:
 
 
 def exit_timeout_s(s: Settings) -> int:
-    """tritonserver's ``--exit-timeout-secs``: vLLM's engine needs longer to shut its processes
-    down (about 13 s here)."""
-    return 40 if s.llm_engine == "vllm" else 10
+    """tritonserver's ``--exit-timeout-secs``: the engine's (``ENGINES``); for a name that is no
+    engine (a stop of whatever such a setting left), the longest."""
+    engine = ENGINES.get(s.llm_engine)
+    return engine.exit_timeout_s if engine else max(e.exit_timeout_s for e in ENGINES.values())
 
 
 def tritonserver_binary(home: str = "") -> Path:

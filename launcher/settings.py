@@ -25,6 +25,31 @@ BUILTIN_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2-vl": "tiny-qwen2_vl
 
 TEMPLATES = ROOT / "model_repository"
 
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """One engine ``LLM_ENGINE`` may put behind ``llm`` (TensorRT-LLM's interface either way)."""
+
+    config: str
+    """The ``llm`` config template it loads with (``model_repository/llm/``)."""
+
+    exit_timeout_s: int
+    """tritonserver's ``--exit-timeout-secs`` with it loaded: vLLM's engine needs longer to shut its
+    processes down (about 13 s here)."""
+
+    decoupled_only: bool
+    """Whether it serves only TensorRT-LLM's ``decoupled_mode: true`` (``LLM_DECOUPLED=1``)."""
+
+    environment: bool
+    """Whether it runs in vLLM's own Python environment (``VLLM_ENV``, ``make engine-vllm``)."""
+
+
+ENGINES = {
+    "standin": EngineChoice("config.pbtxt", exit_timeout_s=10, decoupled_only=False, environment=False),
+    "vllm": EngineChoice("config.vllm.pbtxt", exit_timeout_s=40, decoupled_only=True, environment=True),
+}
+"""The engines ``LLM_ENGINE`` names."""
+
 # The encoder-decoder ensembles and the stages only they use (served with ``encoder_decoder``).
 ENCODER_DECODER_MODELS = (
     "render_encoder_decoder",
