@@ -110,6 +110,8 @@ class EmptyStopStringError(InvalidParamsError):
 
 
 class InvalidJSONError(InvalidParamsError):
+    """A tensor that must carry JSON (a parameter bag, the messages) does not parse."""
+
     def __init__(self, what: str, detail: str) -> None:
         super().__init__(f"{what} is not valid JSON: {detail}")
 
@@ -137,6 +139,8 @@ class TruncationOverContextError(TruncationSizeError):
 
 
 class TruncationSideError(InvalidParamsError):
+    """``truncation_side`` other than "left" or "right" (vLLM's words)."""
+
     def __init__(self, value: object) -> None:
         super().__init__(
             "`truncation_side` must be either 'left' or 'right'.", parameter="truncation_side", value=str(value)[:60]
@@ -165,6 +169,8 @@ class PromptError(RenderError):
 
 
 class NoPromptError(PromptError):
+    """A completion request with no prompt in any form (vLLM's words)."""
+
     def __init__(self) -> None:
         super().__init__("You must pass at least one prompt")
 
@@ -174,6 +180,8 @@ class PromptFormError(PromptError):
 
 
 class PromptTypeError(PromptError):
+    """A text prompt that is not a string (vLLM's words, pointing at ``prompt_token_ids``)."""
+
     def __init__(self) -> None:
         super().__init__(
             "Expected prompt['prompt'] to be a string before tokenization; use 'prompt_token_ids' for token ID inputs"
@@ -181,11 +189,15 @@ class PromptTypeError(PromptError):
 
 
 class InvalidUTF8Error(PromptError):
+    """A text tensor's bytes are not UTF-8."""
+
     def __init__(self, what: str, detail: str) -> None:
         super().__init__(f"{what} is not valid UTF-8: {detail}")
 
 
 class EmptyPromptError(PromptError):
+    """A prompt (or an encoder-decoder model's decoder prompt) with no text and no ids (vLLM's words)."""
+
     def __init__(self, prompt_type: str = "decoder") -> None:
         super().__init__(f"The {prompt_type} prompt cannot be empty")
 
@@ -403,6 +415,8 @@ class EncoderDecoderError(PromptError):
 
 
 class MultiModalLimitError(PromptError):
+    """More items of one modality than ``LIMIT_MM_PER_PROMPT`` allows (vLLM's ``--limit-mm-per-prompt``)."""
+
     def __init__(self, limit: int, modality: str) -> None:
         super().__init__(f"At most {limit} {modality}(s) may be provided in one prompt.")
 
