@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
+    AutoToolChoiceWithoutParserError,
+    UnknownReasoningParserError,
+    UnknownToolParserError,
     AutoToolChoiceDisabledError,
     InvalidToolChoiceError,
     ToolChoiceWithoutToolsError,
@@ -119,14 +122,14 @@ class ToolChoicePolicy:
             from ..output_parsers.registry import REASONING_PARSER_NAMES
 
             if self.reasoning_parser not in REASONING_PARSER_NAMES:
-                raise ValueError(f"reasoning_parser_name='{self.reasoning_parser}' has not been registered")
+                raise UnknownReasoningParserError(self.reasoning_parser)
         if not self.enable_auto_tool_choice:
             return  # vLLM reads the parser only with auto tool choice on
         if not self.tool_call_parser:
-            raise ValueError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+            raise AutoToolChoiceWithoutParserError()
         names = tool_parser_names()
         if self.tool_call_parser not in names:
-            raise ValueError(f"invalid tool call parser: {self.tool_call_parser} (chose from {{ {','.join(names)} }})")
+            raise UnknownToolParserError(self.tool_call_parser, tuple(names))
 
     @classmethod
     def from_config(cls, params: Mapping[str, str]) -> "ToolChoicePolicy":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Callable
 
+from ..errors import ReasoningMarkersError, UnknownReasoningParserError, UnknownToolParserError
 from .base import ReasoningParser, ToolCallParser
 from .compose import OutputParser
 from .hermes import HermesToolParser
@@ -35,19 +36,15 @@ def output_parser(tool_call_parser: str | None, reasoning_parser: str | None, vo
     tools: Callable[[], ToolCallParser] | None = None
     if tool_call_parser:
         if tool_call_parser not in TOOL_PARSERS:
-            raise ValueError(
-                f"invalid tool call parser: {tool_call_parser} (chose from {{ {','.join(TOOL_PARSERS)} }})"
-            )
+            raise UnknownToolParserError(tool_call_parser, TOOL_PARSER_NAMES)
         tools = TOOL_PARSERS[tool_call_parser]
     reasoning: Callable[[], ReasoningParser] | None = None
     if reasoning_parser:
         if reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(f"reasoning_parser_name='{reasoning_parser}' has not been registered")
+            raise UnknownReasoningParserError(reasoning_parser)
         cls = REASONING_PARSERS[reasoning_parser]
         start, end = vocab.get(cls.start), vocab.get(cls.end)
         if start is None or end is None:
-            raise ValueError(
-                f"{cls.__name__} reasoning parser could not locate think start/end tokens in the tokenizer!"
-            )
+            raise ReasoningMarkersError(cls.__name__)
         reasoning = lambda: cls(start, end)  # noqa: E731 (a parser per request)
     return OutputParser(tools, reasoning)

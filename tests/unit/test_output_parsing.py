@@ -11,7 +11,13 @@ import pytest
 
 from renderer.chat.tool_choice import ToolChoicePolicy
 from renderer.chat_stage import ChatStage
-from renderer.errors import ForcedToolChoiceUnavailableError, OutputParsingError, RenderError
+from renderer.errors import (
+    ForcedToolChoiceUnavailableError,
+    OutputParsingError,
+    ReasoningMarkersError,
+    RenderError,
+    UnknownReasoningParserError,
+)
 from renderer.output_parsers.answer import AnswerParser
 from renderer.output_parsers.request import OutputParsing, output_parsing_for
 
@@ -158,10 +164,10 @@ def test_a_prompt_that_closed_the_thinking_starts_in_the_answer():
 
 
 def test_reasoning_parser_setting_checked_at_start_up_in_vllms_words(model_dir):
-    with pytest.raises(ValueError, match=r"^reasoning_parser_name='nope' has not been registered$"):
+    with pytest.raises(UnknownReasoningParserError, match=r"^reasoning_parser_name='nope' has not been registered$"):
         ToolChoicePolicy(reasoning_parser="nope")
     # The default model's vocabulary has no <think>: vLLM refuses to build the parser.
-    with pytest.raises(ValueError, match=r"could not locate think start/end tokens in the tokenizer!$"):
+    with pytest.raises(ReasoningMarkersError, match=r"could not locate think start/end tokens in the tokenizer!$"):
         ChatStage.from_model_dir(model_dir, tool_choice_policy=ToolChoicePolicy(reasoning_parser="qwen3"))
 
 

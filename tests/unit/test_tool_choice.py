@@ -13,12 +13,14 @@ from renderer.chat.tool_choice import UNSET, ToolChoicePolicy, effective_tool_ch
 from renderer.chat_stage import ChatStage
 from renderer.errors import (
     AutoToolChoiceDisabledError,
+    AutoToolChoiceWithoutParserError,
     EmptyToolsError,
     InvalidToolChoiceError,
     RenderError,
     ToolChoiceWithoutToolsError,
     ToolParserRequiredError,
     UnknownToolChoiceError,
+    UnknownToolParserError,
     parameter_of,
 )
 
@@ -168,9 +170,11 @@ def test_effective_tool_choice_defaults():
 
 
 def test_policy_checked_at_start_up_as_vllm_checks_its_arguments():
-    with pytest.raises(ValueError, match=r"^Error: --enable-auto-tool-choice requires --tool-call-parser$"):
+    with pytest.raises(
+        AutoToolChoiceWithoutParserError, match=r"^Error: --enable-auto-tool-choice requires --tool-call-parser$"
+    ):
         ToolChoicePolicy(enable_auto_tool_choice=True)
-    with pytest.raises(ValueError, match=r"^invalid tool call parser: nope \(chose from \{ hermes,"):
+    with pytest.raises(UnknownToolParserError, match=r"^invalid tool call parser: nope \(chose from \{ hermes,"):
         ToolChoicePolicy(enable_auto_tool_choice=True, tool_call_parser="nope")
     assert ToolChoicePolicy(tool_call_parser="nope").parser is None  # unused, as in vLLM
 
