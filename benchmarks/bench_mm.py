@@ -99,9 +99,18 @@ class VllmRender:
         self.model = model
 
     def render_chat(self, messages: list[dict]) -> None:
+        import http.client
+
         body = json.dumps({"model": self.model, "messages": messages})
-        self.conn.request("POST", "/v1/chat/completions/render", body, {"Content-Type": "application/json"})
-        r = self.conn.getresponse()
+        try:
+            self.conn.request("POST", "/v1/chat/completions/render", body, {"Content-Type": "application/json"})
+            r = self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # uvicorn closes a connection idle for 5 s (while the in-process figures were taken):
+            # once more on a new one (the first call of each series is its warm-up, not timed).
+            self.conn.close()
+            self.conn.request("POST", "/v1/chat/completions/render", body, {"Content-Type": "application/json"})
+            r = self.conn.getresponse()
         data = r.read()
         if r.status != 200 or b'"mm_hashes"' not in data:  # an image chat it did not render is no time
             raise RuntimeError(f"vLLM's render server answered {r.status}: {data[:300]!r}")
@@ -165,7 +174,10 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
         if launch.start(s) != 0:
             return {"error": f"the {fam} server did not start; see {s.log_file}"}
         client = RendererClient(f"127.0.0.1:{port}")
-        vllm_server = peer.PeerServer(str(d), port=port + 5, log=ROOT / "build" / "bench" / f"vllm-render-{fam}.log")
+        # The model's own context, as ours serves it (an image of 4000x3000 takes thousands of tokens).
+        vllm_server = peer.PeerServer(
+            str(d), port=port + 5, log=ROOT / "build" / "bench" / f"vllm-render-{fam}.log", max_model_len=4096
+        )
         vllm: VllmRender | None = None
         try:
             if peer.installed():

@@ -65,10 +65,18 @@ class PeerServer:
     poll_s = 0.5
     """How often ``start`` asks whether it is ready: its ``ready_s`` is this coarse."""
 
-    def __init__(self, model_dir: str, port: int = PORT, log: Path | None = None, fastokens: bool = False) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        port: int = PORT,
+        log: Path | None = None,
+        fastokens: bool = False,
+        max_model_len: int = MAX_MODEL_LEN,
+    ) -> None:
         self.model_dir = model_dir
         self.port = port
         self.fastokens = fastokens
+        self.max_model_len = max_model_len
         self.log = log or BUILD / "bench" / "vllm-render.log"
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None
@@ -90,7 +98,7 @@ class PeerServer:
             "--port",
             str(self.port),
             "--max-model-len",
-            str(MAX_MODEL_LEN),
+            str(self.max_model_len),
         ]
 
     def ready(self) -> bool:
@@ -159,8 +167,7 @@ class RsPeerServer(PeerServer):
     def __init__(
         self, model_dir: str, port: int = VLLM_RS_PORT, log: Path | None = None, max_model_len: int = MAX_MODEL_LEN
     ) -> None:
-        super().__init__(model_dir, port, log or BUILD / "bench" / "vllm-rs.log")
-        self.max_model_len = max_model_len
+        super().__init__(model_dir, port, log or BUILD / "bench" / "vllm-rs.log", max_model_len=max_model_len)
 
     def command(self) -> list[str]:
         port, max_len = str(self.port), str(self.max_model_len)
