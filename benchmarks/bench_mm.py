@@ -34,13 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm-up (numba cache load, Pillow plugin import)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
+    """Median ms of ``fn`` over ``repeat`` calls after a warm-up (numba cache load, Pillow plugin import)."""
+    return alternating_ms([fn], repeat)[0]
 
 
 SIZES = ((640, 480), (1280, 720), (4000, 3000))

@@ -1,4 +1,4 @@
-"""In-process cost of vLLM's chat request validation and of a whole chat render (issue 26, lever 1).
+"""In-process cost of vLLM's chat request validation and of a whole chat render.
 
 Times ``validate_chat_request``, ``ChatRenderer.render_messages`` and ``ChatStage.render`` (what
 ``chat_render`` runs per request: the messages' JSON text and the parsed ``chat_params`` bag,
@@ -13,8 +13,8 @@ Times ``validate_chat_request``, ``ChatRenderer.render_messages`` and ``ChatStag
 With the fast path present, each round times it and the full path (the fast path and the known
 tool lists switched off) back to back, so the ratio is taken under the same machine load;
 medians over the rounds. Each round also times ``ChatStage.render`` with ``CHAT_TEMPLATE_ENGINE`` ``auto`` (the model's template
-on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (issue 26,
-lever 3; rows ``stage.engine``), and with the plain-message parse (``messages.plain_message``)
+on minijinja for plain chats, where proven equal) against ``jinja2``, back to back (rows
+``stage.engine``), and with the plain-message parse (``messages.plain_message``)
 against the general parse of every message, back to back (rows ``stage.parse``), and with the
 request fields' JSON parsed by orjson where it provably equals ``json`` against ``json`` alone
 (``renderer/json_fields.py``; rows ``stage.json``), and with the plain-chat lane against without it

@@ -1,7 +1,7 @@
 """``make gpu-check``: ``mm_process`` on a CUDA device (``IMAGE_DEVICE=cuda``, and with
 ``IMAGE_DECODE_DEVICE=cuda``) against vLLM's own processor on that device and against its CPU path.
 
-What it measures (issue 51's targets; every part runs with ``--device cpu:0`` too, the device path's
+What it measures (every part runs with ``--device cpu:0`` too, the device path's
 torch code on the CPU, so ``make test`` covers every branch but the device itself):
 
 1. **oracle**: our device path against transformers' torchvision-based ("fast") processor run with

@@ -419,7 +419,7 @@ def gpu_section(path: Path) -> list[str]:
     return out + [
         _table(heads, rows),
         "",
-        "Measured before `IMAGE_DEVICE` (issue 51): what ran on the device then was the families' normalization "
+        "Measured before `IMAGE_DEVICE`: what ran on the device then was the families' normalization "
         "and patching only (`renderer/multimodal/kernels.py`, the torch twins); decoding and resizing ran on the "
         "CPU on both paths, so a miss cost about the same either way and a hit is the cache's lookup on both. "
         '`IMAGE_DEVICE=cuda` now resizes on the device too, as vLLM\'s fast processors do with `device="cuda"`, '

@@ -1,4 +1,4 @@
-"""Tool lists already validated, kept by their exact serialisation (issue 26).
+"""Tool lists already validated, kept by their exact serialisation.
 
 A client that calls tools resends the same ``tools`` list on every turn of a conversation, and
 vLLM's request validation of it (a copy, a depth walk, pydantic over each definition, its dump)
