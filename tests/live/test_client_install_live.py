@@ -1,5 +1,5 @@
 """The client installs with pip into a fresh environment and the README's Python example runs from
-any directory against the session's server (issue 27, item 3).
+any directory against the session's server.
 
 The install is a full one (no ``--no-deps``, no ``--system-site-packages``): the point is that
 ``pyproject.toml`` declares everything the client needs, and from the pip cache it takes seconds.

@@ -1,4 +1,4 @@
-"""What a user meets in the first hour (issue 27, item 4), against the session's server: the
+"""What a user meets in the first hour, against the session's server: the
 ``openai`` package's ``models.retrieve``, the front's ``/version`` and ``/metrics``, and the two
 answers of Triton's own HTTP API that README.md documents as Triton 2.51's (a 1-element output
 of ``/generate`` is a scalar; the infer API repeats an ensemble's ``sequence_*`` parameters)."""

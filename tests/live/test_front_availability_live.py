@@ -1,5 +1,4 @@
-"""The front frees the engine when its client goes away, and says 503 while Triton is away
-(issue 23, points 3 and 4).
+"""The front frees the engine when its client goes away, and says 503 while Triton is away.
 
 - A client that disconnects from a long generation, streamed or not, cancels it: the next small
   request is served at once instead of waiting for the abandoned one to reach ``max_tokens`` (the

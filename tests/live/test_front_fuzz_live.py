@@ -1,4 +1,4 @@
-"""The OpenAI front fuzzed like the ensembles (issue 23, point 2).
+"""The OpenAI front fuzzed like the ensembles.
 
 Four client threads send, seeded and interleaved, valid chat and completion requests (each answer
 checked against the same request answered alone) and invalid ones to every endpoint the front

@@ -1,4 +1,4 @@
-"""A stub that dies while its model loads fails the start at once (issue 23, point 5).
+"""A stub that dies while its model loads fails the start at once.
 
 Triton 2.51 leaves such a model LOADING for ever, and the launcher used to wait out its whole
 start-up timeout (180 s). The test SIGKILLs the first ``chat_render`` stub of a starting server and

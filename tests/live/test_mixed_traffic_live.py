@@ -1,6 +1,6 @@
 """Valid and invalid generation requests together, on every protocol, never crash tritonserver.
 
-The short form of ``benchmarks/mixed_traffic.py`` (issue 23): four clients each send, in turn, a
+The short form of ``benchmarks/mixed_traffic.py``: four clients each send, in turn, a
 request that ``chat_render``, ``tokenize``, ``generation_params``, ``ensemble_params`` or the
 front must refuse and a valid one, over Triton's HTTP ``generate`` and ``generate_stream``, gRPC
 streams (some cancelled early) and the OpenAI front (streamed or not, some streams dropped). Every

@@ -1,4 +1,4 @@
-"""Issue 18 on a live server in its default configuration (request templates refused): deep
+"""Hostile requests on a live server in its default configuration (request templates refused): deep
 request fields are a 400 and never a 500 or a stub crash, and a crashed stub leaves no process or
 shared-memory region of the old instances behind once the watchdog has reloaded its model."""
 

@@ -1,6 +1,6 @@
 """The front's HTTP routes over a fake of the ensembles (FastAPI's TestClient, no Triton): one
 model's card, OpenAI-shaped answers for FastAPI's own 404 / 405 / 400, ``/version`` and the front's
-Prometheus ``/metrics`` (issue 27, item 4)."""
+Prometheus ``/metrics``."""
 
 from __future__ import annotations
 
