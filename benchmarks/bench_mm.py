@@ -27,6 +27,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -138,25 +139,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class _Family:
+    """One family's measuring tools: its processors in process (cache off and on), Hugging Face's PIL
+    processor, our server's client, and vLLM's render server where the peer is installed."""
+
+    name: str
+    cold: Any
+    warm: Any
+    hf: Any
+    client: Any
+    vllm: VllmRender | None
+
+
+@dataclass(frozen=True)
+class _Served:
+    """Served medians (ms) of one size: ours on a miss and a hit, vLLM's where it ran."""
+
+    miss: float
+    hit: float
+    vllm_miss: float | None
+    vllm_hit: float | None
+
+
 def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit).
-
-    Long because each family and size is measured five ways in one loop, so the five share their inputs."""
-
-    from PIL import Image
-    from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    from client import RendererClient
-    from launcher import cli as launch
+    """Each family and size: HF PIL, ours in process (miss and hit) and through Triton (miss and hit)."""
     from model_builders import vlm_model
-    from renderer.chat.messages import MultiModalItem
-    from renderer.multimodal import MultiModalProcessor
-    from tests.support.mm_images import data_url, encode, rgb
 
     models = ROOT / "build" / "models"
     dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}
-    rows = []
+    rows: list[dict[str, Any]] = []
     log(
         f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
         f"{'triton miss':>12} {'triton hit':>11} {'chat hit':>9} {'HF/ours':>8} {'HF/triton':>10}"
@@ -164,100 +176,144 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     from benchmarks import peer
 
     for i, (fam, d) in enumerate(dirs.items()):
-        port = 19500 + 10 * i
-        s = family_settings(fam, "render_chat,chat", ROOT / "build" / f"bench-mm-{fam}", port)
-        if launch.start(s) != 0:
-            return {"error": f"the {fam} server did not start; see {s.log_file}"}
-        client = RendererClient(f"127.0.0.1:{port}")
-        # The model's own context, as ours serves it (an image of 4000x3000 takes thousands of tokens).
-        vllm_server = peer.PeerServer(
-            str(d), port=port + 5, log=ROOT / "build" / "bench" / f"vllm-render-{fam}.log", max_model_len=4096
-        )
-        vllm: VllmRender | None = None
-        try:
-            if peer.installed():
-                vllm_server.start()
-                vllm = VllmRender(vllm_server.port, str(d))
-            cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
-            warm = MultiModalProcessor.from_model_dir(d)
-            if fam == "qwen2_vl":
-                f = cold.family
-                hf = Qwen2VLImageProcessorPil(min_pixels=f.min_pixels, max_pixels=f.max_pixels)
-            else:
-                hf = PixtralImageProcessorPil()
-            prompt = PROMPTS[fam]
-            for w, h in SIZES:
-                png = bench_image(w, h)
-                items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
-                t_cold = median_ms(lambda: cold.process(prompt, items), repeat)
-                t_warm = inprocess_hit_ms(warm, fam, png, repeat)
-                pil = Image.open(io.BytesIO(png))
-                pil.load()
-                t_hf = median_ms(lambda: hf(images=[pil], return_tensors="np"), repeat)
-                # Through Triton: fresh pixels every call for the miss, one image repeated for the hit.
-                fresh = iter(
-                    [
-                        data_url(encode(rgb(w, h, seed=100 + k, block=8 if w * h > 4_000_000 else 1)))
-                        for k in range(repeat + 1)
-                    ]
-                )
-                same = image_chat(data_url(png))
-                if vllm is None:
-                    t_miss = median_ms(lambda: client.render_chat(image_chat(next(fresh))), repeat)
-                    client.render_chat(same)
-                    t_hit = median_ms(lambda: client.render_chat(same), repeat)
-                    v_miss = v_hit = None
-                else:
-                    # The same fresh images for both servers, each new to both caches.
-                    urls = [
-                        data_url(encode(rgb(w, h, seed=300 + k, block=8 if w * h > 4_000_000 else 1)))
-                        for k in range(repeat + 1)
-                    ]
-                    ours, theirs = iter(urls), iter(urls)
-                    t_miss, v_miss = alternating_ms(
-                        [
-                            lambda: client.render_chat(image_chat(next(ours))),
-                            lambda: vllm.render_chat(image_chat(next(theirs))),
-                        ],
-                        repeat,
-                    )
-                    t_hit, v_hit = alternating_ms(
-                        [lambda: client.render_chat(same), lambda: vllm.render_chat(same)], repeat
-                    )
-                t_chat = median_ms(lambda: list(client.generate("chat", messages=same, max_tokens=1)), repeat)
-                row = {
-                    "family": fam,
-                    "size": f"{w}x{h}",
-                    "hf_pil_ms": round(t_hf, 2),
-                    "ours_cold_ms": round(t_cold, 2),
-                    "ours_warm_ms": round(t_warm, 2),
-                    "triton_miss_ms": round(t_miss, 2),
-                    "triton_hit_ms": round(t_hit, 2),
-                    "chat_hit_1_token_ms": round(t_chat, 2),
-                    "hf_over_ours_cold": round(t_hf / t_cold, 2),
-                    "hf_over_triton_miss": round(t_hf / t_miss, 2),
-                    "served_over_inprocess_hit": round(t_hit / t_warm, 2),
-                    "served_over_inprocess_miss": round(t_miss / t_cold, 2),
-                }
-                if v_miss is not None and v_hit is not None:
-                    row.update(
-                        vllm_miss_ms=round(v_miss, 2),
-                        vllm_hit_ms=round(v_hit, 2),
-                        miss_over_vllm=round(t_miss / v_miss, 2),
-                        hit_over_vllm=round(t_hit / v_hit, 2),
-                    )
-                rows.append(row)
-                log(
-                    f"{fam:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {t_miss:12.1f} "
-                    f"{t_hit:11.1f} {t_chat:9.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
-                )
-        finally:
-            client.close()
-            if vllm is not None:
-                vllm.close()
-            vllm_server.stop()
-            launch.stop(s)
+        family_rows = _measure_family(fam, d, 19500 + 10 * i, repeat, log)
+        if isinstance(family_rows, dict):
+            return family_rows
+        rows += family_rows
     return {"repeat": repeat, "rows": rows, "vllm_peer": peer.version() if peer.installed() else None}
+
+
+def _measure_family(
+    fam: str, d: Path, port: int, repeat: int, log: Callable[[str], None]
+) -> list[dict[str, Any]] | dict[str, Any]:
+    """One family's rows, every size, with its server (and vLLM's) up; an error dict where ours did not start."""
+    from client import RendererClient
+    from launcher import cli as launch
+    from benchmarks import peer
+
+    s = family_settings(fam, "render_chat,chat", ROOT / "build" / f"bench-mm-{fam}", port)
+    if launch.start(s) != 0:
+        return {"error": f"the {fam} server did not start; see {s.log_file}"}
+    client = RendererClient(f"127.0.0.1:{port}")
+    # The model's own context, as ours serves it (an image of 4000x3000 takes thousands of tokens).
+    vllm_server = peer.PeerServer(
+        str(d), port=port + 5, log=ROOT / "build" / "bench" / f"vllm-render-{fam}.log", max_model_len=4096
+    )
+    vllm: VllmRender | None = None
+    try:
+        if peer.installed():
+            vllm_server.start()
+            vllm = VllmRender(vllm_server.port, str(d))
+        tools = _family_tools(fam, d, client, vllm)
+        return [_measure_size(tools, w, h, repeat, log) for w, h in SIZES]
+    finally:
+        client.close()
+        if vllm is not None:
+            vllm.close()
+        vllm_server.stop()
+        launch.stop(s)
+
+
+def _family_tools(fam: str, d: Path, client: Any, vllm: VllmRender | None) -> _Family:
+    """The family's processors in process (cache off, cache on) and Hugging Face's PIL processor."""
+    from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from renderer.multimodal import MultiModalProcessor
+
+    cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
+    warm = MultiModalProcessor.from_model_dir(d)
+    if fam == "qwen2_vl":
+        f = cold.family
+        hf = Qwen2VLImageProcessorPil(min_pixels=f.min_pixels, max_pixels=f.max_pixels)
+    else:
+        hf = PixtralImageProcessorPil()
+    return _Family(fam, cold, warm, hf, client, vllm)
+
+
+def _measure_size(t: _Family, w: int, h: int, repeat: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """One size five ways: HF PIL, ours in process on a miss and a hit, served on a miss and a hit (and vLLM)."""
+    from PIL import Image
+
+    from renderer.chat.messages import MultiModalItem
+    from tests.support.mm_images import data_url
+
+    png = bench_image(w, h)
+    items = [MultiModalItem("image", "image_url", data_url(png), None, 0, 0)]
+    t_cold = median_ms(lambda: t.cold.process(PROMPTS[t.name], items), repeat)
+    t_warm = inprocess_hit_ms(t.warm, t.name, png, repeat)
+    pil = Image.open(io.BytesIO(png))
+    pil.load()
+    t_hf = median_ms(lambda: t.hf(images=[pil], return_tensors="np"), repeat)
+    same = image_chat(data_url(png))
+    served = _served_ms(t, w, h, same, repeat)
+    t_chat = median_ms(lambda: list(t.client.generate("chat", messages=same, max_tokens=1)), repeat)
+    row = _size_row(t.name, w, h, t_hf, t_cold, t_warm, t_chat, served)
+    log(
+        f"{t.name:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {served.miss:12.1f} "
+        f"{served.hit:11.1f} {t_chat:9.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
+    )
+    return row
+
+
+def _fresh_urls(w: int, h: int, seed: int, repeat: int) -> list[str]:
+    """``repeat + 1`` images of the size, new pixels each (seeds from ``seed``), as data URLs."""
+    from tests.support.mm_images import data_url, encode, rgb
+
+    return [data_url(encode(rgb(w, h, seed=seed + k, block=8 if w * h > 4_000_000 else 1))) for k in range(repeat + 1)]
+
+
+def _served_ms(t: _Family, w: int, h: int, same: list[dict], repeat: int) -> _Served:
+    """Through Triton: fresh pixels every call for the miss, one image repeated for the hit; vLLM's
+    render server alternating with ours where it is up."""
+    fresh = iter(_fresh_urls(w, h, 100, repeat))
+    client, vllm = t.client, t.vllm
+    if vllm is None:
+        t_miss = median_ms(lambda: client.render_chat(image_chat(next(fresh))), repeat)
+        client.render_chat(same)
+        t_hit = median_ms(lambda: client.render_chat(same), repeat)
+        return _Served(t_miss, t_hit, None, None)
+    # The same fresh images for both servers, each new to both caches.
+    urls = _fresh_urls(w, h, 300, repeat)
+    ours, theirs = iter(urls), iter(urls)
+    t_miss, v_miss = alternating_ms(
+        [
+            lambda: client.render_chat(image_chat(next(ours))),
+            lambda: vllm.render_chat(image_chat(next(theirs))),
+        ],
+        repeat,
+    )
+    t_hit, v_hit = alternating_ms([lambda: client.render_chat(same), lambda: vllm.render_chat(same)], repeat)
+    return _Served(t_miss, t_hit, v_miss, v_hit)
+
+
+def _size_row(
+    fam: str, w: int, h: int, t_hf: float, t_cold: float, t_warm: float, t_chat: float, served: _Served
+) -> dict[str, Any]:
+    """One size's row of ``mm.json``: the medians and their ratios, vLLM's columns where it ran."""
+    t_miss, t_hit = served.miss, served.hit
+    row = {
+        "family": fam,
+        "size": f"{w}x{h}",
+        "hf_pil_ms": round(t_hf, 2),
+        "ours_cold_ms": round(t_cold, 2),
+        "ours_warm_ms": round(t_warm, 2),
+        "triton_miss_ms": round(t_miss, 2),
+        "triton_hit_ms": round(t_hit, 2),
+        "chat_hit_1_token_ms": round(t_chat, 2),
+        "hf_over_ours_cold": round(t_hf / t_cold, 2),
+        "hf_over_triton_miss": round(t_hf / t_miss, 2),
+        "served_over_inprocess_hit": round(t_hit / t_warm, 2),
+        "served_over_inprocess_miss": round(t_miss / t_cold, 2),
+    }
+    if served.vllm_miss is not None and served.vllm_hit is not None:
+        row.update(
+            vllm_miss_ms=round(served.vllm_miss, 2),
+            vllm_hit_ms=round(served.vllm_hit, 2),
+            miss_over_vllm=round(t_miss / served.vllm_miss, 2),
+            hit_over_vllm=round(t_hit / served.vllm_hit, 2),
+        )
+    return row
 
 
 def image_chat(url: str) -> list[dict]:

@@ -31,6 +31,7 @@ import json
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -71,12 +72,64 @@ def _per_call_us(fn: Callable[[dict[str, Any]], Any], reqs: list[dict[str, Any]]
             return elapsed / calls * 1e6
 
 
+@dataclass(frozen=True)
+class _Subjects:
+    """What is timed: the chat renderer, the chat stage (template engine ``auto``) and the stage on jinja2,
+    with the validation levers as this checkout has them (``fast`` None where it has no fast path)."""
+
+    chat: Any
+    stage: Any
+    jinja_stage: Any
+    fast: Any
+    known: Any
+    lanes: dict[Any, Any]
+    """Each renderer with the plain-chat lane it was built with (the lane is switched off by setting it to None)."""
+
+    def validate(self, r: dict[str, Any]) -> Any:
+        """The request's validation alone."""
+        from renderer.chat import request as request_mod
+
+        p = r["params"]
+        return request_mod.validate_chat_request(r["messages"], p.tools, p.documents, p.tool_choice)
+
+    def render(self, r: dict[str, Any]) -> Any:
+        """``ChatRenderer.render_messages`` on the parsed request."""
+        return self.chat.render_messages(r["messages"], r["params"])
+
+    def stage_render(self, r: dict[str, Any]) -> Any:
+        """The chat stage on the raw JSON messages and parameter bag, as the server calls it."""
+        return self.stage.render(r["raw_messages"], r["bag"])
+
+    def lane(self, on: bool) -> None:
+        """The plain-chat lane on or off in both renderers."""
+        for r, built in self.lanes.items():
+            r._plain_lane = built if on else None
+
+
 def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
-    from benchmarks.make_inputs import load
-    from renderer.chat import ChatParams, ChatRenderer
-    from renderer.chat import messages as messages_mod
+    """Every lever on every request set, ``rounds`` times alternating; the median of each as a row."""
+    s = _load_subjects(model_dir)
+    sets = _request_sets()
+    modes = ["fast", "full"] if s.fast is not None else ["current"]
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name, reqs in sets.items():
+            s.lane(False)
+            _time_validation(s, name, reqs, modes, seconds, samples)
+            _time_stage_levers(s, name, reqs, seconds, samples)
+    s.lane(True)
+    if s.fast is not None:
+        _validation_levers(s, off=False)
+    rows = []
+    for (name, what, mode), values in samples.items():
+        rows.append({"set": name, "what": what, "mode": mode, "median_us": round(statistics.median(values), 1)})
+    return {"model": str(model_dir), "rounds": rounds, "seconds": seconds, "rows": rows}
+
+
+def _load_subjects(model_dir: Path) -> _Subjects:
+    """The renderer and both stages on ``model_dir``, warmed up, and the validation levers as found."""
+    from renderer.chat import ChatRenderer
     from renderer.chat import request as request_mod
-    from renderer import json_fields
     from renderer.chat_stage import ChatStage
 
     chat = ChatRenderer.from_model_dir(model_dir, mm_limits={})
@@ -85,6 +138,19 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
     stage.warmup()
     jinja_stage = ChatStage.from_model_dir(model_dir, template_engine="jinja2")
     jinja_stage.warmup()
+    fast = getattr(request_mod, "fast_validate", None)
+    known = getattr(request_mod, "_validate_with_known_tools", None)
+    # The plain-chat lane (renderer/chat/plain_lane.py) would take the plain chats past every lever
+    # timed: off for their rows, measured on its own in rows ``stage.lane``.
+    lanes = {r: r._plain_lane for r in (chat, stage.chat)}
+    return _Subjects(chat, stage, jinja_stage, fast, known, lanes)
+
+
+def _request_sets() -> dict[str, list[dict[str, Any]]]:
+    """The short chats, multi-turn and tool chats, each request with its parsed parameters, raw JSON and bag."""
+    from benchmarks.make_inputs import load
+    from renderer.chat import ChatParams
+
     sets = {"short": short_chats(), "multiturn": load("chat_multiturn"), "tools": load("chat_tools")}
     for reqs in sets.values():
         for r in reqs:
@@ -93,68 +159,64 @@ def run(model_dir: Path, rounds: int, seconds: float) -> dict[str, Any]:
             # The stage refuses vLLM's default "auto" without a tool parser; "none" still renders the tools.
             bag = r.get("chat_params") or {}
             r["bag"] = {**bag, "tool_choice": "none"} if bag.get("tools") else bag
-    fast = getattr(request_mod, "fast_validate", None)
-    known = getattr(request_mod, "_validate_with_known_tools", None)
-    modes = ["fast", "full"] if fast is not None else ["current"]
+    return sets
 
-    def validate(r: dict[str, Any]) -> Any:
-        p = r["params"]
-        return request_mod.validate_chat_request(r["messages"], p.tools, p.documents, p.tool_choice)
 
-    def render(r: dict[str, Any]) -> Any:
-        return chat.render_messages(r["messages"], r["params"])
+def _validation_levers(s: _Subjects, off: bool) -> None:
+    """The fast path and the known tool lists switched off (``off``) or back to what they were."""
+    from renderer.chat import request as request_mod
 
-    def stage_render(r: dict[str, Any]) -> Any:
-        return stage.render(r["raw_messages"], r["bag"])
+    request_mod.fast_validate = (lambda *a: None) if off else s.fast  # type: ignore[attr-defined]
+    request_mod._validate_with_known_tools = (lambda *a: None) if off else s.known  # type: ignore[attr-defined]
 
-    # The plain-chat lane (renderer/chat/plain_lane.py) would take the plain chats past every lever
-    # below: off for their rows, measured on its own in rows ``stage.lane``.
-    lanes = {r: r._plain_lane for r in (chat, stage.chat)}
 
-    def lane(on: bool) -> None:
-        for r, built in lanes.items():
-            r._plain_lane = built if on else None
+def _time_validation(
+    s: _Subjects,
+    name: str,
+    reqs: list[dict[str, Any]],
+    modes: list[str],
+    seconds: float,
+    samples: dict[tuple[str, str, str], list[float]],
+) -> None:
+    """Validation, ``render_messages`` and the stage, each on the fast and the full path."""
+    for what, fn in (("validate", s.validate), ("render_messages", s.render), ("stage.render", s.stage_render)):
+        for mode in modes:
+            # The full path: the fast path and the known tool lists switched off
+            # (validate_chat_request looks both up per call).
+            _validation_levers(s, off=mode == "full")
+            samples.setdefault((name, what, mode), []).append(_per_call_us(fn, reqs, seconds))
+    _validation_levers(s, off=False)
 
-    samples: dict[tuple[str, str, str], list[float]] = {}
-    for _ in range(rounds):
-        for name, reqs in sets.items():
-            lane(False)
-            for what, fn in (("validate", validate), ("render_messages", render), ("stage.render", stage_render)):
-                for mode in modes:
-                    # The full path: the fast path and the known tool lists switched off
-                    # (validate_chat_request looks both up per call).
-                    off = mode == "full"
-                    request_mod.fast_validate = (lambda *a: None) if off else fast  # type: ignore[attr-defined]
-                    request_mod._validate_with_known_tools = (lambda *a: None) if off else known  # type: ignore[attr-defined]
-                    samples.setdefault((name, what, mode), []).append(_per_call_us(fn, reqs, seconds))
-            request_mod.fast_validate = fast  # type: ignore[attr-defined]
-            request_mod._validate_with_known_tools = known  # type: ignore[attr-defined]
-            for mode, st in (("auto", stage), ("jinja2", jinja_stage)):
-                fn = lambda r, st=st: st.render(r["raw_messages"], r["bag"])  # noqa: E731
-                samples.setdefault((name, "stage.engine", mode), []).append(_per_call_us(fn, reqs, seconds))
-            plain = messages_mod.plain_message
-            for mode in ("plain", "general"):
-                # The general parse: the plain-message path switched off (looked up per message).
-                messages_mod.plain_message = (lambda *a: None) if mode == "general" else plain  # type: ignore[assignment]
-                samples.setdefault((name, "stage.parse", mode), []).append(_per_call_us(stage_render, reqs, seconds))
-            messages_mod.plain_message = plain  # type: ignore[assignment]
-            compiled = json_fields._compiled_parse
-            for mode in ("orjson", "json"):
-                # json alone: the compiled parse switched off (every text refused to it, as before).
-                json_fields._compiled_parse = (lambda *a: json_fields._REFUSED) if mode == "json" else compiled  # type: ignore[assignment]
-                samples.setdefault((name, "stage.json", mode), []).append(_per_call_us(stage_render, reqs, seconds))
-            json_fields._compiled_parse = compiled  # type: ignore[assignment]
-            for mode in ("lane", "nolane"):
-                lane(mode == "lane")
-                samples.setdefault((name, "stage.lane", mode), []).append(_per_call_us(stage_render, reqs, seconds))
-    lane(True)
-    if fast is not None:
-        request_mod.fast_validate = fast  # type: ignore[attr-defined]
-        request_mod._validate_with_known_tools = known  # type: ignore[attr-defined]
-    rows = []
-    for (name, what, mode), values in samples.items():
-        rows.append({"set": name, "what": what, "mode": mode, "median_us": round(statistics.median(values), 1)})
-    return {"model": str(model_dir), "rounds": rounds, "seconds": seconds, "rows": rows}
+
+def _time_stage_levers(
+    s: _Subjects,
+    name: str,
+    reqs: list[dict[str, Any]],
+    seconds: float,
+    samples: dict[tuple[str, str, str], list[float]],
+) -> None:
+    """The stage with each lever switched: template engine, message parse, JSON parse, plain-chat lane."""
+    from renderer import json_fields
+    from renderer.chat import messages as messages_mod
+
+    for mode, st in (("auto", s.stage), ("jinja2", s.jinja_stage)):
+        fn = lambda r, st=st: st.render(r["raw_messages"], r["bag"])  # noqa: E731
+        samples.setdefault((name, "stage.engine", mode), []).append(_per_call_us(fn, reqs, seconds))
+    plain = messages_mod.plain_message
+    for mode in ("plain", "general"):
+        # The general parse: the plain-message path switched off (looked up per message).
+        messages_mod.plain_message = (lambda *a: None) if mode == "general" else plain  # type: ignore[assignment]
+        samples.setdefault((name, "stage.parse", mode), []).append(_per_call_us(s.stage_render, reqs, seconds))
+    messages_mod.plain_message = plain  # type: ignore[assignment]
+    compiled = json_fields._compiled_parse
+    for mode in ("orjson", "json"):
+        # json alone: the compiled parse switched off (every text refused to it, as before).
+        json_fields._compiled_parse = (lambda *a: json_fields._REFUSED) if mode == "json" else compiled  # type: ignore[assignment]
+        samples.setdefault((name, "stage.json", mode), []).append(_per_call_us(s.stage_render, reqs, seconds))
+    json_fields._compiled_parse = compiled  # type: ignore[assignment]
+    for mode in ("lane", "nolane"):
+        s.lane(mode == "lane")
+        samples.setdefault((name, "stage.lane", mode), []).append(_per_call_us(s.stage_render, reqs, seconds))
 
 
 def main() -> None:

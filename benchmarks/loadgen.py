@@ -21,6 +21,7 @@ import json
 import resource
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,6 +103,41 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length or 0)
 
 
+@dataclass(frozen=True)
+class _Load:
+    """What every connection of one run shares: where to send, what, how to check it, and the timing window."""
+
+    host: str
+    port: int
+    requests: list[Request]
+    expected: list[list[int]] | None
+    extract: Callable[[Any], list[int]]
+    max_requests: int | None
+    numbers: list[int] | None
+    t_measure: float
+    t_end: float
+
+
+@dataclass
+class _Tally:
+    """The run's counts as the connections add to them (one event loop: no two add at once)."""
+
+    counter: int = 0
+    checked: int = 0
+    mismatched: int = 0
+    errors: int = 0
+    measured: int = 0
+    first_errors: list[str] = field(default_factory=list)
+    failed: set[int] = field(default_factory=set)  # requests answered with an error or with other ids, each once
+    latencies: list[float] = field(default_factory=list)
+
+    def error(self, n: int, text: str) -> None:
+        """Request ``n`` failed: counted once in ``failed``, its text kept among the first three."""
+        self.failed.add(n)
+        if len(self.first_errors) < 3:
+            self.first_errors.append(text)
+
+
 async def run_load(
     host: str,
     port: int,
@@ -119,81 +155,83 @@ async def run_load(
     Every response is checked (status 200, ids equal to ``expected`` when given), warm-up included;
     throughput and latency count only what completed after the warm-up. ``numbers``: each request's
     number in its input file, as errors name it (default: its place in ``requests``).
-    Long because it is one asyncio client loop with its connection handling and checks inline, kept together for its timing.
     """
-    counter = 0
-    checked = mismatched = errors = 0
-    first_errors: list[str] = []
-    failed: set[int] = set()  # requests answered with an error or with other ids, each once
-    latencies: list[float] = []
     t_start = time.perf_counter()
-    t_measure = t_start + warmup_s
-    t_end = t_measure + seconds
-    measured = 0
-
-    async def worker() -> None:
-        nonlocal counter, checked, mismatched, errors, measured
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            while True:
-                now = time.perf_counter()
-                if now >= t_end or (max_requests is not None and counter >= max_requests):
-                    return
-                i = counter % len(requests)
-                n = numbers[i] if numbers else i
-                counter += 1
-                path, body = requests[i]
-                head = (
-                    f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n"
-                ).encode()
-                t0 = time.perf_counter()
-                writer.write(head + body)
-                await writer.drain()
-                status, payload = await _read_response(reader)
-                t1 = time.perf_counter()
-                if t0 >= t_measure and t1 <= t_end:
-                    latencies.append(t1 - t0)
-                    measured += 1
-                if status != 200:
-                    errors += 1
-                    failed.add(n)
-                    if len(first_errors) < 3:
-                        first_errors.append(f"request {n}: HTTP {status}: {payload[:300]!r}")
-                    continue
-                if expected is not None:
-                    checked += 1
-                    if extract(json.loads(payload)) != expected[i]:
-                        mismatched += 1
-                        failed.add(n)
-                        if len(first_errors) < 3:
-                            first_errors.append(f"request {n}: ids differ from ours")
-        finally:
-            writer.close()
-
+    load = _Load(
+        host, port, requests, expected, extract, max_requests, numbers, t_start + warmup_s, t_start + warmup_s + seconds
+    )
+    tally = _Tally()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(_connection(load, tally) for _ in range(concurrency)))
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    elapsed = min(time.perf_counter(), t_end) - t_measure
+    elapsed = min(time.perf_counter(), load.t_end) - load.t_measure
     cpu_s = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    latencies.sort()
+    return _load_result(concurrency, tally, elapsed, cpu_s)
+
+
+async def _connection(load: _Load, tally: _Tally) -> None:
+    """One keep-alive connection sending the next request whenever the last one returns, until the window ends."""
+    reader, writer = await asyncio.open_connection(load.host, load.port)
+    try:
+        while True:
+            now = time.perf_counter()
+            if now >= load.t_end or (load.max_requests is not None and tally.counter >= load.max_requests):
+                return
+            i = tally.counter % len(load.requests)
+            n = load.numbers[i] if load.numbers else i
+            tally.counter += 1
+            path, body = load.requests[i]
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: {load.host}:{load.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            t0 = time.perf_counter()
+            writer.write(head + body)
+            await writer.drain()
+            status, payload = await _read_response(reader)
+            t1 = time.perf_counter()
+            if t0 >= load.t_measure and t1 <= load.t_end:
+                tally.latencies.append(t1 - t0)
+                tally.measured += 1
+            _check(load, tally, i, n, status, payload)
+    finally:
+        writer.close()
+
+
+def _check(load: _Load, tally: _Tally, i: int, n: int, status: int, payload: bytes) -> None:
+    """Count request ``i`` (number ``n`` in its file): an error status, or ids other than ``expected``'s."""
+    if status != 200:
+        tally.errors += 1
+        tally.error(n, f"request {n}: HTTP {status}: {payload[:300]!r}")
+        return
+    if load.expected is not None:
+        tally.checked += 1
+        if load.extract(json.loads(payload)) != load.expected[i]:
+            tally.mismatched += 1
+            tally.error(n, f"request {n}: ids differ from ours")
+
+
+def _load_result(concurrency: int, tally: _Tally, elapsed: float, cpu_s: float) -> dict[str, Any]:
+    """The run's row: throughput and latency percentiles of the measured window, the checks, the client's CPU."""
+    latencies = sorted(tally.latencies)
 
     def pct(p: float) -> float | None:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else None
 
+    counter = tally.counter
     return {
         "concurrency": concurrency,
-        "requests_per_s": measured / elapsed if elapsed > 0 else None,
-        "measured_requests": measured,
+        "requests_per_s": tally.measured / elapsed if elapsed > 0 else None,
+        "measured_requests": tally.measured,
         "sent": counter,
         "p50_ms": pct(0.50),
         "p90_ms": pct(0.90),
         "p99_ms": pct(0.99),
-        "checked": checked,
-        "mismatched": mismatched,
-        "errors": errors,
-        "first_errors": first_errors,
-        "failed_requests": sorted(failed),
+        "checked": tally.checked,
+        "mismatched": tally.mismatched,
+        "errors": tally.errors,
+        "first_errors": tally.first_errors,
+        "failed_requests": sorted(tally.failed),
         "client_cpu_us_per_request": cpu_s / counter * 1e6 if counter else None,
     }
 

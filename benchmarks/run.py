@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from benchmarks import head_to_head as h2h
 from benchmarks import make_inputs
@@ -403,8 +403,21 @@ def run_floor(plan: Plan) -> list[dict[str, Any]]:
 
 
 def describe(plan: Plan) -> list[str]:
+    """The plan as the lines ``--dry-run`` prints and ``results.json`` keeps, step by step."""
+    return (
+        _describe_setup(plan)
+        + _describe_our_server(plan)
+        + _describe_scaling_and_floor(plan)
+        + _describe_peers(plan)
+        + _describe_head_to_head(plan)
+        + _describe_rest(plan)
+    )
+
+
+def _describe_setup(plan: Plan) -> list[str]:
+    """The run's mode and outputs, perf_analyzer and its arguments, the inputs, our server's settings."""
     s = server_settings()
-    lines = [
+    return [
         f"mode: {'QUICK smoke run' if plan.quick else 'full run'}; results -> {plan.out_dir}; docs -> {plan.docs or '(not written)'}",
         f"perf_analyzer: {pa.binary()} ({'installed' if pa.binary().exists() else 'installed first from tritonclient==2.51.0'}); "
         f"args {' '.join(pa.QUICK_ARGS if plan.quick else pa.STABLE_ARGS)}",
@@ -414,6 +427,11 @@ def describe(plan: Plan) -> list[str]:
         f"max_batch_size={s.max_batch_size} max_queue_delay_us={s.max_queue_delay_us} "
         f"tokenizer_backend={s.tokenizer_backend}; our ids for {len(ALL_INPUTS)} inputs",
     ]
+
+
+def _describe_our_server(plan: Plan) -> list[str]:
+    """Step 2: what perf_analyzer, the load generator and the stream measure on our default server."""
+    lines = []
     for model, name in MAIN_INPUTS.items():
         for proto in plan.protocols:
             lines.append(
@@ -436,13 +454,18 @@ def describe(plan: Plan) -> list[str]:
         f"2. chat ensemble streaming over gRPC: {plan.stream_requests} requests, "
         f"max_tokens {plan.stream_max_tokens}, time to first token and total"
     )
+    return lines
+
+
+def _describe_scaling_and_floor(plan: Plan) -> list[str]:
+    """Steps 3 and 4: the restarts with other settings, the floor, the in-process baselines."""
     if plan.scaling:
-        for cfg in plan.scaling:
-            lines.append(
-                f"3. restart with {cfg}: perf_analyzer grpc both models at concurrency {plan.scaling_concurrency}"
-            )
+        lines = [
+            f"3. restart with {cfg}: perf_analyzer grpc both models at concurrency {plan.scaling_concurrency}"
+            for cfg in plan.scaling
+        ]
     else:
-        lines.append("3. scaling: skipped in quick mode")
+        lines = ["3. scaling: skipped in quick mode"]
     lines.append(
         f"3. floor: tokenize / chat_render replaced by benchmarks/floor stand-ins, perf_analyzer "
         f"{', '.join(plan.protocols)} at concurrency {plan.floor_concurrency}"
@@ -451,15 +474,20 @@ def describe(plan: Plan) -> list[str]:
         f"4. in-process baselines ({plan.inprocess_seconds}s each): transformers, ours"
         + (", vLLM (peer venv)" if plan.peer else "")
     )
+    return lines
+
+
+def _describe_peers(plan: Plan) -> list[str]:
+    """Step 5: vLLM's Python render server (twice) and vllm-rs, or why each is skipped."""
     if plan.peer:
-        lines.append(
+        lines = [
             f"5. peer: vllm launch render on 127.0.0.1:{PEER_PORT} --max-model-len {peer_mod.MAX_MODEL_LEN}; "
             f"every request of {len(ALL_INPUTS)} inputs once, ids checked against ours; "
             f"perf_analyzer openai kind at {plan.concurrency}; loadgen at {plan.loadgen_concurrency}; "
             "then all of it again with VLLM_USE_FASTOKENS=1"
-        )
+        ]
     else:
-        lines.append(f"5. peer: skipped ({plan.peer_reason})")
+        lines = [f"5. peer: skipped ({plan.peer_reason})"]
     if plan.rs:
         lines.append(
             f"5. vllm-rs: {peer_mod.RS_BINARY.name} render on 127.0.0.1:{VLLM_RS_PORT} --max-model-len "
@@ -468,48 +496,86 @@ def describe(plan: Plan) -> list[str]:
         )
     else:
         lines.append(f"5. vllm-rs: skipped ({plan.rs_reason})")
-    if plan.peer or plan.rs:
-        peers = [f"vLLM on {PEER_PORT}", f"vLLM on fastokens on {PEER_FASTOKENS_PORT}"] if plan.peer else []
-        peers += [f"vllm-rs on {VLLM_RS_PORT}"] if plan.rs else []
-        lines.append(
-            f"6. head-to-head: our server, the floor on {FLOOR_PORT}, {', '.join(peers)} up at once; "
-            f"{plan.h2h_rounds} rounds alternating ours "
-            "(grpc, http), the floor (grpc) and the peers, both "
-            f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; and each "
-            f"target driven by the Python load generator at concurrency "
-            f"{[c for c in plan.h2h_concurrency if c in {1, *plan.loadgen_concurrency}]}, "
-            f"{plan.h2h_loadgen_seconds}s a run; medians"
-        )
-    else:
-        lines.append("6. head-to-head: skipped (needs a peer)")
+    return lines
+
+
+def _describe_head_to_head(plan: Plan) -> list[str]:
+    """Step 6: the servers up at once and the alternating rounds, or that it needs a peer."""
+    if not (plan.peer or plan.rs):
+        return ["6. head-to-head: skipped (needs a peer)"]
+    peers = [f"vLLM on {PEER_PORT}", f"vLLM on fastokens on {PEER_FASTOKENS_PORT}"] if plan.peer else []
+    peers += [f"vllm-rs on {VLLM_RS_PORT}"] if plan.rs else []
+    return [
+        f"6. head-to-head: our server, the floor on {FLOOR_PORT}, {', '.join(peers)} up at once; "
+        f"{plan.h2h_rounds} rounds alternating ours "
+        "(grpc, http), the floor (grpc) and the peers, both "
+        f"models at concurrency {plan.h2h_concurrency}, perf_analyzer {' '.join(pa.ROUND_ARGS)}; and each "
+        f"target driven by the Python load generator at concurrency "
+        f"{[c for c in plan.h2h_concurrency if c in {1, *plan.loadgen_concurrency}]}, "
+        f"{plan.h2h_loadgen_seconds}s a run; medians"
+    ]
+
+
+def _describe_rest(plan: Plan) -> list[str]:
+    """Steps 7 to 9: vLLM's engine, the OpenAI front, and what is written at the end."""
     if plan.peer:
-        lines.append(
+        engine = (
             "7. chat on vLLM's engine (LLM_ENGINE=vllm) vs vllm serve alone, same model and requests, each "
             "target alone, alternating rounds (benchmarks/engine_vllm.py)"
         )
     else:
-        lines.append("7. vLLM engine: skipped (needs vLLM's environment)")
-    lines.append(
+        engine = "7. vLLM engine: skipped (needs vLLM's environment)"
+    return [
+        engine,
         "8. the OpenAI front: genai-perf's OpenAI chat load on it and the same load on Triton's gRPC "
-        "(benchmarks/openai_front.py)"
-    )
-    lines.append(
-        "9. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else "")
-    )
-    return lines
+        "(benchmarks/openai_front.py)",
+        "9. summary.json, results.json, charts (matplotlib Agg)" + (", docs/PERFORMANCE.md" if plan.docs else ""),
+    ]
 
 
 def run(plan: Plan) -> dict[str, Any]:
-    """The whole ``make bench`` run, phase after phase in the order the report reads them; long because each phase is a few lines of start, measure, record that share this function's servers and plan (the head-to-head is its own)."""
+    """The whole ``make bench`` run, phase after phase in the order the report reads them."""
+    _prepare_work()
+    t_start = time.time()
+    res = _results_head(plan)
+    settings = server_settings()
+    res["settings"] = _settings_record(settings)
+    res.update(_measure_our_server(plan, settings))
+    res["sweep_settings"] = {k: res["settings"][k] for k in _SWEEP_SETTINGS}
+    res["scaling"] = _measure_scaling(plan)
+    res["floor"] = run_floor(plan)
+    res["inprocess"] = _measure_inprocess(plan)
+    res.update(_measure_peers(plan, res))
+    if plan.peer:
+        res.update(_measure_vllm_engine(plan))
+    res["mm"] = _phase("images: served through render_chat vs in process (benchmarks.bench_mm)", _mm, plan)
+    res["image_floor"] = _phase(
+        "images: a served hit against the image floor (benchmarks.image_floor)", _image_floor, plan
+    )
+    res["openai_front"] = _phase("the OpenAI front under genai-perf", _openai_front, plan)
+    res["footprint"] = _phase(
+        "footprint: memory (PSS of every process) and start-up of the render-only and default servers",
+        _footprint,
+        plan,
+    )
+    res["edge"] = _phase(
+        "edge: render_chat through the edge against tritonserver's own ports, alternating rounds", _edge, plan
+    )
+    res["elapsed_s"] = time.time() - t_start
+    return res
 
-    from launcher import cli as launch
 
+def _prepare_work() -> None:
+    """The work folder, an empty perf_analyzer log, the inputs regenerated, perf_analyzer installed."""
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "perf_analyzer.log").write_text("")
     make_inputs.write()
     pa.install(quiet=True)
-    t_start = time.time()
-    res: dict[str, Any] = {
+
+
+def _results_head(plan: Plan) -> dict[str, Any]:
+    """``results.json`` before anything is measured: the machine, the plan, every phase's empty place."""
+    return {
         "quick": plan.quick,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": {
@@ -531,30 +597,50 @@ def run(plan: Plan) -> dict[str, Any]:
         "peer": {"status": "skipped", "reason": plan.peer_reason},
         "vllm_rs": {"status": "skipped", "reason": plan.rs_reason},
     }
-    settings = server_settings()
-    res["settings"] = {
+
+
+def _settings_record(settings: Any) -> dict[str, Any]:
+    """Our server's settings as recorded, machine paths left out, instance counts as they ran."""
+    out = {
         k: v
         for k, v in dataclasses.asdict(settings).items()
         if k not in ("build_dir", "models_dir", "startup_timeout_s", "log_verbose")
     }
     # The instance counts the server ran with (0 in the settings: sized to this machine's CPUs).
-    res["settings"]["tokenize_instances"] = settings.resolved_tokenize_instances
-    res["settings"]["chat_render_instances"] = settings.resolved_chat_render_instances
+    out["tokenize_instances"] = settings.resolved_tokenize_instances
+    out["chat_render_instances"] = settings.resolved_chat_render_instances
+    return out
 
-    # 1-2. our server, default settings
+
+# The settings the sequential sweeps ran with, beside their rows (the scaling chart's first bars).
+_SWEEP_SETTINGS = (
+    "tokenize_instances",
+    "chat_render_instances",
+    "max_queue_delay_us",
+    "max_batch_size",
+    "tokenizer_backend",
+)
+
+
+def _measure_our_server(plan: Plan, settings: Any) -> dict[str, Any]:
+    """Steps 1-2 on our default server: our ids for every input, the sweeps, the other mixes, the stream."""
+    from launcher import cli as launch
+
+    out: dict[str, Any] = {"sweep": [], "openai_sweep": [], "extra": [], "loadgen": []}
     log(f"starting our server ({settings.models}) on {HTTP_PORT}/{GRPC_PORT}/{METRICS_PORT}")
     if launch.start(settings) != 0:
         raise SystemExit("our server did not start; see " + str(settings.log_file))
     try:
         log("our ids for every input")
         exp = expected_ids(ALL_INPUTS)
+        # The load generator checks every response against these ids (peers' and ours alike).
         (WORK / "expected_ids.json").write_text(json.dumps(exp))
         for model, name in MAIN_INPUTS.items():
             for proto in plan.protocols:
                 for c in plan.concurrency:
-                    res["sweep"].append(pa_row(model, proto, name, c, plan.quick))
+                    out["sweep"].append(pa_row(model, proto, name, c, plan.quick))
             for c in plan.concurrency:
-                res["openai_sweep"].append(
+                out["openai_sweep"].append(
                     pa_row(
                         model,
                         "openai",
@@ -567,31 +653,31 @@ def run(plan: Plan) -> dict[str, Any]:
                     )
                 )
             for c in plan.loadgen_concurrency:
-                res["loadgen"].append(loadgen_row("triton", f"127.0.0.1:{HTTP_PORT}", name, c, plan.loadgen_seconds))
+                out["loadgen"].append(loadgen_row("triton", f"127.0.0.1:{HTTP_PORT}", name, c, plan.loadgen_seconds))
         for name in plan.extra_inputs:
-            res["extra"].append(pa_row(make_inputs.model_of(name), "grpc", name, plan.extra_concurrency, plan.quick))
-        log("chat ensemble streaming over gRPC")
-        try:
-            res["streaming"] = streaming(plan.stream_requests, plan.stream_max_tokens)
-            log(
-                f"  ttft p50 {res['streaming']['ttft_p50_ms']:.0f} ms, total p50 {res['streaming']['total_p50_ms']:.0f} ms"
-            )
-        except Exception as e:  # noqa: BLE001
-            res["streaming"] = {"error": str(e)}
+            out["extra"].append(pa_row(make_inputs.model_of(name), "grpc", name, plan.extra_concurrency, plan.quick))
+        out["streaming"] = _measure_streaming(plan)
     finally:
         launch.stop(settings)
-    res["sweep_settings"] = {
-        k: res["settings"][k]
-        for k in (
-            "tokenize_instances",
-            "chat_render_instances",
-            "max_queue_delay_us",
-            "max_batch_size",
-            "tokenizer_backend",
-        )
-    }
+    return out
 
-    # 3. scaling
+
+def _measure_streaming(plan: Plan) -> dict[str, Any]:
+    """The ``chat`` ensemble streaming over gRPC, or the error that stopped it."""
+    log("chat ensemble streaming over gRPC")
+    try:
+        out = streaming(plan.stream_requests, plan.stream_max_tokens)
+        log(f"  ttft p50 {out['ttft_p50_ms']:.0f} ms, total p50 {out['total_p50_ms']:.0f} ms")
+        return out
+    except Exception as e:  # noqa: BLE001
+        return {"error": str(e)}
+
+
+def _measure_scaling(plan: Plan) -> list[dict[str, Any]]:
+    """Step 3: our server restarted with each of the plan's settings, perf_analyzer over gRPC on each."""
+    from launcher import cli as launch
+
+    rows: list[dict[str, Any]] = []
     for cfg in plan.scaling:
         s = server_settings(models="render_completion,render_chat", **cfg)
         # The counts it ran with (0: sized to the CPUs).
@@ -602,18 +688,19 @@ def run(plan: Plan) -> dict[str, Any]:
         }
         log(f"restarting our server with {ran}")
         if launch.start(s) != 0:
-            res["scaling"].append({**ran, "error": "server did not start"})
+            rows.append({**ran, "error": "server did not start"})
             continue
         try:
             for model, name in MAIN_INPUTS.items():
                 row = pa_row(model, "grpc", name, plan.scaling_concurrency, plan.quick)
-                res["scaling"].append({**ran, **row})
+                rows.append({**ran, **row})
         finally:
             launch.stop(s)
+    return rows
 
-    res["floor"] = run_floor(plan)
 
-    # 4. in-process baselines (no server running)
+def _measure_inprocess(plan: Plan) -> dict[str, Any]:
+    """Step 4: the in-process baselines (``benchmarks.inprocess``) with no server running, or their error."""
     log("in-process baselines")
     cmd = [
         sys.executable,
@@ -630,94 +717,98 @@ def run(plan: Plan) -> dict[str, Any]:
     if plan.peer:
         cmd += ["--vllm-python", str(peer_mod.PYTHON)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    if proc.returncode == 0:
-        res["inprocess"] = json.loads(proc.stdout)
-        for r in res["inprocess"]["rows"]:
-            log(f"  {r['baseline']:<70} {r['input']:<15} {r['requests_per_s']:8.1f} req/s")
-    else:
-        res["inprocess"] = {"error": proc.stderr[-2000:]}
+    if proc.returncode != 0:
         log("  in-process baselines failed: " + proc.stderr[-300:])
+        return {"error": proc.stderr[-2000:]}
+    out = json.loads(proc.stdout)
+    for r in out["rows"]:
+        log(f"  {r['baseline']:<70} {r['input']:<15} {r['requests_per_s']:8.1f} req/s")
+    return out
 
-    # 5. the peers: vLLM as deployed by default, then on the fastokens engine; vllm-rs
+
+def _measure_peers(plan: Plan, res: dict[str, Any]) -> dict[str, Any]:
+    """Steps 5-6: vLLM as deployed by default, then on the fastokens engine; vllm-rs; the head-to-head."""
+    out: dict[str, Any] = {}
     if plan.peer:
-        res["peer"] = run_peer(plan)
-        res["peer_fastokens"] = run_peer(plan, fastokens=True)
+        out["peer"] = run_peer(plan)
+        out["peer_fastokens"] = run_peer(plan, fastokens=True)
     if plan.rs:
-        res["vllm_rs"] = run_vllm_rs(plan)
+        out["vllm_rs"] = run_vllm_rs(plan)
     if plan.peer or plan.rs:
+        ran = {**res, **out}
         # A peer is timed on the requests it answered as we do (vLLM Python: all of them).
-        left_out = {side: (res.get(side) or {}).get("left_out") or {} for side in ("peer", "peer_fastokens", "vllm_rs")}
-        res["head_to_head"] = run_head_to_head(plan, left_out)
-    if plan.peer:
-        # 6. generation on vLLM's engine behind our chat ensemble vs vllm serve alone
-        log("chat on vLLM's engine vs vllm serve")
-        try:
-            from benchmarks import engine_vllm
+        left_out = {side: (ran.get(side) or {}).get("left_out") or {} for side in ("peer", "peer_fastokens", "vllm_rs")}
+        out["head_to_head"] = run_head_to_head(plan, left_out)
+    return out
 
-            res["engine_vllm"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **engine_vllm.run(plan.quick)}
-        except Exception as e:  # noqa: BLE001 - recorded in the report
-            res["engine_vllm"] = {"error": str(e)}
-        # 7. image chat the same way (vLLM's environment with torchvision: make engine-vllm)
-        from model_builders import vllm_env
 
-        if vllm_env.has_torchvision():
-            log("image chat on vLLM's engine vs vllm serve")
-            try:
-                from benchmarks import engine_vllm_images
+def _measure_vllm_engine(plan: Plan) -> dict[str, Any]:
+    """Steps 7-8: chat generated on vLLM's engine behind our ensemble vs ``vllm serve`` alone; images too
+    where vLLM's environment has torchvision (``make engine-vllm``)."""
+    out = {"engine_vllm": _phase("chat on vLLM's engine vs vllm serve", _engine_vllm, plan)}
+    from model_builders import vllm_env
 
-                res["engine_vllm_images"] = {
-                    "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                    **engine_vllm_images.run(plan.quick),
-                }
-            except Exception as e:  # noqa: BLE001 - recorded in the report
-                res["engine_vllm_images"] = {"error": str(e)}
+    if vllm_env.has_torchvision():
+        out["engine_vllm_images"] = _phase("image chat on vLLM's engine vs vllm serve", _engine_vllm_images, plan)
+    return out
 
-    # 8. images: render_chat served over HTTP against the same processing in process
-    log("images: served through render_chat vs in process (benchmarks.bench_mm)")
+
+def _phase(what: str, step: Callable[[Plan], dict[str, Any]], plan: Plan) -> dict[str, Any]:
+    """``step(plan)`` announced by ``what``; an error it raises is its result (recorded in the report, the run goes on)."""
+    log(what)
     try:
-        from benchmarks import bench_mm
-
-        res["mm"] = bench_mm.measure(repeat=2 if plan.quick else 5, log=log)
+        return step(plan)
     except Exception as e:  # noqa: BLE001 - recorded in the report
-        res["mm"] = {"error": str(e)}
-    # ... and against the image floor: the same ensemble whose three stages do no work
-    log("images: a served hit against the image floor (benchmarks.image_floor)")
-    try:
-        from benchmarks import image_floor
+        return {"error": str(e)}
 
-        res["image_floor"] = image_floor.measure(rounds=1 if plan.quick else 2, repeat=2 if plan.quick else 5, log=log)
-    except Exception as e:  # noqa: BLE001 - recorded in the report
-        res["image_floor"] = {"error": str(e)}
 
-    # 9. the OpenAI-compatible front under genai-perf, beside the same load on Triton's gRPC
-    log("the OpenAI front under genai-perf")
-    try:
-        from benchmarks import openai_front
+def _engine_vllm(plan: Plan) -> dict[str, Any]:
+    """Chat on vLLM's engine against ``vllm serve`` (``benchmarks.engine_vllm``), stamped with when."""
+    from benchmarks import engine_vllm
 
-        res["openai_front"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **openai_front.run(plan.quick)}
-    except Exception as e:  # noqa: BLE001 - recorded in the report
-        res["openai_front"] = {"error": str(e)}
+    return {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **engine_vllm.run(plan.quick)}
 
-    # 10. what each server weighs and how fast it starts (benchmarks.footprint)
-    log("footprint: memory (PSS of every process) and start-up of the render-only and default servers")
-    try:
-        from benchmarks import footprint
 
-        res["footprint"] = footprint.run(load_s=5.0 if plan.quick else 15.0)
-    except Exception as e:  # noqa: BLE001 - recorded in the report
-        res["footprint"] = {"error": str(e)}
+def _engine_vllm_images(plan: Plan) -> dict[str, Any]:
+    """Image chat on vLLM's engine against ``vllm serve`` (``benchmarks.engine_vllm_images``), stamped with when."""
+    from benchmarks import engine_vllm_images
 
-    # 11. what the edge costs against tritonserver's own ports (benchmarks.edge)
-    log("edge: render_chat through the edge against tritonserver's own ports, alternating rounds")
-    try:
-        from benchmarks import edge
+    return {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **engine_vllm_images.run(plan.quick)}
 
-        res["edge"] = edge.run(rounds=2 if plan.quick else 3, quick=plan.quick)
-    except Exception as e:  # noqa: BLE001 - recorded in the report
-        res["edge"] = {"error": str(e)}
 
-    res["elapsed_s"] = time.time() - t_start
-    return res
+def _mm(plan: Plan) -> dict[str, Any]:
+    """Images: ``render_chat`` served over HTTP against the same processing in process (``benchmarks.bench_mm``)."""
+    from benchmarks import bench_mm
+
+    return bench_mm.measure(repeat=2 if plan.quick else 5, log=log)
+
+
+def _image_floor(plan: Plan) -> dict[str, Any]:
+    """A served image hit against the image floor, the same ensemble whose three stages do no work."""
+    from benchmarks import image_floor
+
+    return image_floor.measure(rounds=1 if plan.quick else 2, repeat=2 if plan.quick else 5, log=log)
+
+
+def _openai_front(plan: Plan) -> dict[str, Any]:
+    """The OpenAI-compatible front under genai-perf beside the same load on Triton's gRPC, stamped with when."""
+    from benchmarks import openai_front
+
+    return {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **openai_front.run(plan.quick)}
+
+
+def _footprint(plan: Plan) -> dict[str, Any]:
+    """What each server weighs and how fast it starts (``benchmarks.footprint``)."""
+    from benchmarks import footprint
+
+    return footprint.run(load_s=5.0 if plan.quick else 15.0)
+
+
+def _edge(plan: Plan) -> dict[str, Any]:
+    """What the edge costs against tritonserver's own ports (``benchmarks.edge``)."""
+    from benchmarks import edge
+
+    return edge.run(rounds=2 if plan.quick else 3, quick=plan.quick)
 
 
 def run_peer(plan: Plan, fastokens: bool = False) -> dict[str, Any]:
@@ -820,139 +911,177 @@ def h2h_peers(plan: Plan) -> list[tuple[str, str, peer_mod.PeerServer]]:
     return peers
 
 
+@dataclasses.dataclass(frozen=True)
+class _HeadToHead:
+    """What the head-to-head's measurements share: the plan, our and the floor's server settings, the
+    peers (target name, side, server), and the requests each side is not timed on."""
+
+    plan: Plan
+    ours: Any
+    floor: Any
+    peers: list[tuple[str, str, peer_mod.PeerServer]]
+    left_out: dict[str, dict[str, list[int]]]
+
+    def skip(self, side: str, name: str) -> list[int]:
+        """The requests of input ``name`` that ``side`` is not timed on."""
+        return self.left_out.get(side, {}).get(name, [])
+
+
 def run_head_to_head(plan: Plan, left_out: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
     """Our server, the floor and the peers up at once; alternating perf_analyzer rounds (``benchmarks.head_to_head``).
-    ``left_out``: side -> input -> requests that peer is not timed on (``measure_peer``'s ``left_out``).
-
-    Long because the servers it compares must be up at once, started and stopped here together."""
+    ``left_out``: side -> input -> requests that peer is not timed on (``measure_peer``'s ``left_out``)."""
     from launcher import cli as launch
 
-    s = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
-    fs = server_settings(
+    hh = _head_to_head_setup(plan, left_out)
+    log(
+        f"head-to-head: our server, the floor and {', '.join(n for n, _, _ in hh.peers)} up at once, "
+        f"{plan.h2h_rounds} alternating rounds"
+    )
+    if launch.start(hh.ours) != 0:
+        return {"error": f"our server did not start; see {hh.ours.log_file}"}
+    started = []
+    floor_up = False
+    try:
+        if not start_floor(hh.floor):
+            return {"error": f"the floor server did not start; see {hh.floor.log_file}"}
+        floor_up = True
+        for _, _, p in hh.peers:
+            p.start()
+            started.append(p)
+        cases = [h2h.Case(model, name, c) for model, name in MAIN_INPUTS.items() for c in plan.h2h_concurrency]
+        out = h2h.run(_head_to_head_targets(hh), cases, plan.h2h_rounds, progress=log)
+        out["window"] = pa.ROUND_ARGS
+        return out
+    except Exception as e:  # noqa: BLE001 - the rest of the run's results still get written
+        return {"error": str(e)[-2000:]}
+    finally:
+        # Every server that came up goes down, whatever failed.
+        for p in started:
+            p.stop()
+        if floor_up:
+            launch.stop(hh.floor)
+        launch.stop(hh.ours)
+
+
+def _head_to_head_setup(plan: Plan, left_out: dict[str, dict[str, list[int]]]) -> _HeadToHead:
+    """Our server and the floor in folders and ports of their own (the floor beside ours), and the peers."""
+    ours = server_settings(models="render_completion,render_chat", build_dir=str(WORK / "h2h-server"))
+    floor = server_settings(
         models="render_completion,render_chat",
         build_dir=str(WORK / "h2h-floor-server"),
         http_port=FLOOR_PORT,
         grpc_port=FLOOR_PORT + 1,
         metrics_port=FLOOR_PORT + 2,
     )
-    peers = h2h_peers(plan)
-    log(
-        f"head-to-head: our server, the floor and {', '.join(n for n, _, _ in peers)} up at once, "
-        f"{plan.h2h_rounds} alternating rounds"
+    return _HeadToHead(plan, ours, floor, h2h_peers(plan), left_out)
+
+
+def _head_to_head_targets(hh: _HeadToHead) -> list[h2h.Target]:
+    """Every target of the rounds: ours, the floor and each peer by perf_analyzer, then each by the load generator."""
+    # c=1 for the latency target, and the load generator's own throughput levels the rounds include.
+    lg_levels = tuple(c for c in hh.plan.h2h_concurrency if c in {1, *hh.plan.loadgen_concurrency})
+    targets = [
+        h2h.Target("ours grpc", "ours", _ours_by_pa(hh, "grpc")),
+        h2h.Target("ours http", "ours", _ours_by_pa(hh, "http")),
+        h2h.Target("floor grpc", "floor", _floor_by_pa(hh)),
+    ]
+    targets += [h2h.Target(name, side, _peer_by_pa(hh, p, name, side)) for name, side, p in hh.peers]
+    targets += [
+        h2h.Target(
+            "ours loadgen",
+            "ours_loadgen",
+            _by_loadgen(hh, "triton", f"127.0.0.1:{hh.ours.http_port}", "ours loadgen"),
+            lg_levels,
+        ),
+        # The floor's stand-ins answer placeholder ids: those are what is checked there.
+        h2h.Target(
+            "floor loadgen",
+            "floor_loadgen",
+            _by_loadgen(hh, "triton", f"127.0.0.1:{hh.floor.http_port}", "floor loadgen", floor=True),
+            lg_levels,
+        ),
+    ]
+    targets += [
+        h2h.Target(
+            f"{name} loadgen",
+            f"{side}_loadgen",
+            _by_loadgen(hh, "peer", p.url, f"{name} loadgen", side=side),
+            lg_levels,
+        )
+        for name, side, p in hh.peers
+    ]
+    return targets
+
+
+def _ours_by_pa(hh: _HeadToHead, proto: str) -> h2h.Measure:
+    """Our server by perf_analyzer over ``proto``, one round window."""
+    return lambda model, name, c: pa_row(
+        model, proto, name, c, hh.plan.quick, window=pa.ROUND_ARGS, label=f"head-to-head, ours {proto}"
     )
-    if launch.start(s) != 0:
-        return {"error": f"our server did not start; see {s.log_file}"}
-    started = []
-    floor_up = False
-    try:
-        if not start_floor(fs):
-            return {"error": f"the floor server did not start; see {fs.log_file}"}
-        floor_up = True
-        for _, _, p in peers:
-            p.start()
-            started.append(p)
 
-        def ours(proto: str) -> h2h.Measure:
-            return lambda model, name, c: pa_row(
-                model, proto, name, c, plan.quick, window=pa.ROUND_ARGS, label=f"head-to-head, ours {proto}"
-            )
 
-        def theirs(p: peer_mod.PeerServer, label: str, side: str) -> h2h.Measure:
-            def measure(model: str, name: str, c: int) -> dict[str, Any]:
-                row = pa_row(
-                    model,
-                    "openai",
-                    name,
-                    c,
-                    plan.quick,
-                    url=p.url,
-                    label="peer",
-                    extra=openai_extra(peer_endpoint(model)),
-                    window=pa.ROUND_ARGS,
-                    skip=left_out.get(side, {}).get(name, []),
-                )
-                return dict(row, driver=f"head-to-head, {label}")
+def _floor_by_pa(hh: _HeadToHead) -> h2h.Measure:
+    """The floor server by perf_analyzer over gRPC, one round window."""
 
-            return measure
+    def measure(model: str, name: str, c: int) -> dict[str, Any]:
+        return pa_row(
+            model,
+            "grpc",
+            name,
+            c,
+            hh.plan.quick,
+            url=f"127.0.0.1:{hh.floor.grpc_port}",
+            window=pa.ROUND_ARGS,
+            label="head-to-head, floor grpc",
+        )
 
-        def floor(model: str, name: str, c: int) -> dict[str, Any]:
-            return pa_row(
-                model,
-                "grpc",
-                name,
-                c,
-                plan.quick,
-                url=f"127.0.0.1:{fs.grpc_port}",
-                window=pa.ROUND_ARGS,
-                label="head-to-head, floor grpc",
-            )
+    return measure
 
-        def by_loadgen(target: str, url: str, label: str, floor: bool = False, side: str = "") -> h2h.Measure:
-            """The Python load generator (keep-alive JSON over HTTP) as a client would drive each server."""
 
-            def measure(model: str, name: str, c: int) -> dict[str, Any]:
-                skip = left_out.get(side, {}).get(name, [])
-                row = loadgen_row(
-                    target,
-                    url,
-                    name,
-                    c,
-                    plan.h2h_loadgen_seconds,
-                    floor=floor,
-                    label=f"head-to-head, {label}",
-                    skip=skip,
-                )
-                if row.get("errors") or row.get("mismatched"):
-                    # A wrong answer is no speed: out of the medians, into the run's errors.
-                    return {
-                        "error": f"{row.get('errors')} errors, {row.get('mismatched')} ids mismatched: "
-                        f"{(row.get('first_errors') or [''])[0]}"
-                    }
-                return row
+def _peer_by_pa(hh: _HeadToHead, p: peer_mod.PeerServer, label: str, side: str) -> h2h.Measure:
+    """A peer by perf_analyzer's ``openai`` kind on its render route, without the requests it is not timed on."""
 
-            return measure
+    def measure(model: str, name: str, c: int) -> dict[str, Any]:
+        row = pa_row(
+            model,
+            "openai",
+            name,
+            c,
+            hh.plan.quick,
+            url=p.url,
+            label="peer",
+            extra=openai_extra(peer_endpoint(model)),
+            window=pa.ROUND_ARGS,
+            skip=hh.skip(side, name),
+        )
+        return dict(row, driver=f"head-to-head, {label}")
 
-        # c=1 for the latency target, and the load generator's own throughput levels the rounds include.
-        lg_levels = tuple(c for c in plan.h2h_concurrency if c in {1, *plan.loadgen_concurrency})
-        targets = [
-            h2h.Target("ours grpc", "ours", ours("grpc")),
-            h2h.Target("ours http", "ours", ours("http")),
-            h2h.Target("floor grpc", "floor", floor),
-        ]
-        targets += [h2h.Target(name, side, theirs(p, name, side)) for name, side, p in peers]
-        targets += [
-            h2h.Target(
-                "ours loadgen",
-                "ours_loadgen",
-                by_loadgen("triton", f"127.0.0.1:{s.http_port}", "ours loadgen"),
-                lg_levels,
-            ),
-            # The floor's stand-ins answer placeholder ids: those are what is checked there.
-            h2h.Target(
-                "floor loadgen",
-                "floor_loadgen",
-                by_loadgen("triton", f"127.0.0.1:{fs.http_port}", "floor loadgen", floor=True),
-                lg_levels,
-            ),
-        ]
-        targets += [
-            h2h.Target(
-                f"{name} loadgen", f"{side}_loadgen", by_loadgen("peer", p.url, f"{name} loadgen", side=side), lg_levels
-            )
-            for name, side, p in peers
-        ]
-        cases = [h2h.Case(model, name, c) for model, name in MAIN_INPUTS.items() for c in plan.h2h_concurrency]
-        out = h2h.run(targets, cases, plan.h2h_rounds, progress=log)
-        out["window"] = pa.ROUND_ARGS
-        return out
-    except Exception as e:  # noqa: BLE001 - the rest of the run's results still get written
-        return {"error": str(e)[-2000:]}
-    finally:
-        for p in started:
-            p.stop()
-        if floor_up:
-            launch.stop(fs)
-        launch.stop(s)
+    return measure
+
+
+def _by_loadgen(hh: _HeadToHead, target: str, url: str, label: str, floor: bool = False, side: str = "") -> h2h.Measure:
+    """The Python load generator (keep-alive JSON over HTTP) as a client would drive each server."""
+
+    def measure(model: str, name: str, c: int) -> dict[str, Any]:
+        row = loadgen_row(
+            target,
+            url,
+            name,
+            c,
+            hh.plan.h2h_loadgen_seconds,
+            floor=floor,
+            label=f"head-to-head, {label}",
+            skip=hh.skip(side, name),
+        )
+        if row.get("errors") or row.get("mismatched"):
+            # A wrong answer is no speed: out of the medians, into the run's errors.
+            return {
+                "error": f"{row.get('errors')} errors, {row.get('mismatched')} ids mismatched: "
+                f"{(row.get('first_errors') or [''])[0]}"
+            }
+        return row
+
+    return measure
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,8 +109,7 @@ def mixer(s: Any, stop: threading.Event, stats: dict, hf: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Long because it is the soak's arguments, its three concurrent drivers and their tally, which share the server it starts."""
-
+    """The soak: our server under two perf_analyzer loads, the mixer and a memory sampler at once; 0 where all held."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=180)
     ap.add_argument("--concurrency", type=int, default=8)
@@ -121,15 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     perf_analyzer.install(quiet=True)
     make_inputs.write()
-    s = replace(
-        launch.Settings.from_env(),
-        openai_port=0,
-        build_dir=str(ROOT / "build" / "soak-server"),
-        http_port=PORT,
-        grpc_port=PORT + 1,
-        metrics_port=PORT + 2,
-        models="render_chat,render_completion",
-    )
+    s = _soak_settings()
     hf = AutoTokenizer.from_pretrained(s.resolved_model_dir)
     if launch.start(s) != 0:
         return 1
@@ -142,64 +133,109 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mix = threading.Thread(target=mixer, args=(s, stop, stats, hf))
         mix.start()
-
-        def sample() -> None:
-            while not stop.is_set():
-                mem.append((round(time.monotonic() - t0, 1), round(tree_rss_mb(pid), 1)))
-                stop.wait(5)
-
-        sampler = threading.Thread(target=sample)
+        sampler = threading.Thread(target=_sample_memory, args=(pid, t0, mem, stop))
         sampler.start()
-        procs = {}
-        for model, inputs, proto, port in (
-            ("render_chat", "chat_mix", "grpc", s.grpc_port),
-            ("render_completion", "completion_mix", "http", s.http_port),
-        ):
-            cmd = [
-                str(perf_analyzer.binary()),
-                "-m",
-                model,
-                "-u",
-                f"127.0.0.1:{port}",
-                "-i",
-                proto,
-                "--input-data",
-                str(make_inputs.path_of(inputs)),
-                "--concurrency-range",
-                f"{a.concurrency // 2}:{a.concurrency // 2}",
-                "--measurement-mode",
-                "time_windows",
-                # Three windows that always count as stable: one run of the whole duration.
-                "--measurement-interval",
-                str(a.seconds * 1000 // 3),
-                "--stability-percentage",
-                "999",
-                "--max-trials",
-                "3",
-            ]
-            procs[model] = subprocess.Popen(
-                cmd, env=perf_analyzer.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        for model, p in procs.items():
-            out, _ = p.communicate(timeout=a.seconds * 3 + 120)
-            lines = out.splitlines()
-            pa_runs[model] = {
-                "returncode": p.returncode,
-                "summary": next((ln.strip() for ln in reversed(lines) if "throughput:" in ln), None),
-                "requests": next(
-                    (ln.split(":")[1].strip() for ln in reversed(lines) if "Successful request count" in ln), None
-                ),
-                "errors_reported": [ln for ln in lines if "rror" in ln or "ailed" in ln][:5],
-            }
+        procs = _start_perf_analyzers(s, a.concurrency // 2, a.seconds)
+        pa_runs.update(_collect_perf_analyzers(procs, a.seconds))
     finally:
         stop.set()
         mix.join()
         sampler.join()
         ready = launch.is_ready(s)
         launch.stop(s)
-    result = {
-        "seconds": a.seconds,
-        "concurrency_per_model": a.concurrency // 2,
+    result = _soak_result(a.seconds, a.concurrency // 2, pa_runs, stats, ready, mem)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "soak.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}, indent=1))
+    return 0 if _held(pa_runs, ready, stats) else 1
+
+
+def _soak_settings() -> Any:
+    """Our server for the soak: both render ensembles on the soak's own ports and build folder."""
+    from launcher import cli as launch
+
+    return replace(
+        launch.Settings.from_env(),
+        openai_port=0,
+        build_dir=str(ROOT / "build" / "soak-server"),
+        http_port=PORT,
+        grpc_port=PORT + 1,
+        metrics_port=PORT + 2,
+        models="render_chat,render_completion",
+    )
+
+
+def _sample_memory(pid: int, t0: float, mem: list[tuple[float, float]], stop: threading.Event) -> None:
+    """Every 5 s until ``stop``: (seconds since ``t0``, the server's process tree RSS in MB) into ``mem``."""
+    while not stop.is_set():
+        mem.append((round(time.monotonic() - t0, 1), round(tree_rss_mb(pid), 1)))
+        stop.wait(5)
+
+
+def _start_perf_analyzers(s: Any, concurrency: int, seconds: int) -> dict[str, subprocess.Popen]:
+    """perf_analyzer on render_chat over gRPC and render_completion over HTTP, each one run of ``seconds``."""
+    procs = {}
+    for model, inputs, proto, port in (
+        ("render_chat", "chat_mix", "grpc", s.grpc_port),
+        ("render_completion", "completion_mix", "http", s.http_port),
+    ):
+        cmd = [
+            str(perf_analyzer.binary()),
+            "-m",
+            model,
+            "-u",
+            f"127.0.0.1:{port}",
+            "-i",
+            proto,
+            "--input-data",
+            str(make_inputs.path_of(inputs)),
+            "--concurrency-range",
+            f"{concurrency}:{concurrency}",
+            "--measurement-mode",
+            "time_windows",
+            # Three windows that always count as stable: one run of the whole duration.
+            "--measurement-interval",
+            str(seconds * 1000 // 3),
+            "--stability-percentage",
+            "999",
+            "--max-trials",
+            "3",
+        ]
+        procs[model] = subprocess.Popen(
+            cmd, env=perf_analyzer.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    return procs
+
+
+def _collect_perf_analyzers(procs: dict[str, subprocess.Popen], seconds: int) -> dict[str, dict]:
+    """Each perf_analyzer's exit status, throughput line, request count and first error lines."""
+    pa_runs = {}
+    for model, p in procs.items():
+        out, _ = p.communicate(timeout=seconds * 3 + 120)
+        lines = out.splitlines()
+        pa_runs[model] = {
+            "returncode": p.returncode,
+            "summary": next((ln.strip() for ln in reversed(lines) if "throughput:" in ln), None),
+            "requests": next(
+                (ln.split(":")[1].strip() for ln in reversed(lines) if "Successful request count" in ln), None
+            ),
+            "errors_reported": [ln for ln in lines if "rror" in ln or "ailed" in ln][:5],
+        }
+    return pa_runs
+
+
+def _soak_result(
+    seconds: int,
+    concurrency: int,
+    pa_runs: dict[str, dict],
+    stats: dict[str, Any],
+    ready: bool,
+    mem: list[tuple[float, float]],
+) -> dict[str, Any]:
+    """``soak.json``: the loads, the mixer's tally, whether the server was still ready, its memory over time."""
+    return {
+        "seconds": seconds,
+        "concurrency_per_model": concurrency,
         "perf_analyzer": pa_runs,
         "mixer": stats,
         "server_ready_at_end": ready,
@@ -208,10 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mb_max": max((m for _, m in mem), default=None),
         "rss_samples": mem,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "soak.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}, indent=1))
-    ok = (
+
+
+def _held(pa_runs: dict[str, dict], ready: bool, stats: dict[str, Any]) -> bool:
+    """Whether the soak held: both loads finished, the server stayed ready, and no wrong or accepted-invalid answer."""
+    return (
         all(r["returncode"] == 0 for r in pa_runs.values())
         and ready
         and stats["invalid_other"] == 0
@@ -219,7 +256,6 @@ def main(argv: list[str] | None = None) -> int:
         and stats["spot_wrong"] == 0
         and stats["spot_error"] == 0
     )
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":

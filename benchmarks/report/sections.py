@@ -149,79 +149,100 @@ def _all_known(*oks: bool | None) -> bool | None:
     return all(known) if known else None
 
 
-def chat_speed_targets(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
-    """The chat speed targets (chat rendering ahead of every vLLM configuration), each judged from this
-    run's own figures: the head-to-head (perf_analyzer, all servers up, alternating rounds) and the
-    Python load generator; images from ``bench_mm``."""
+def _verdict(ok: bool | None) -> str:
+    """A chat speed target's verdict: met, not met, or not measured."""
+    return "n/a (not measured)" if ok is None else ("met" if ok else "**not met**")
 
-    def verdict(ok: bool | None) -> str:
-        return "n/a (not measured)" if ok is None else ("met" if ok else "**not met**")
 
-    def at_most(v: float | None, goal: float) -> bool | None:
-        return None if v is None else v <= goal
+def _at_most(v: float | None, goal: float) -> bool | None:
+    """Whether ``v`` is at most ``goal``; None where ``v`` was not measured."""
+    return None if v is None else v <= goal
 
-    def at_least(v: float | None, goal: float) -> bool | None:
-        return None if v is None else v >= goal
+
+def _at_least(v: float | None, goal: float) -> bool | None:
+    """Whether ``v`` is at least ``goal``; None where ``v`` was not measured."""
+    return None if v is None else v >= goal
+
+
+def _known(*vals: float | None) -> float | None:
+    """The head-to-head's figure where it ran, else the sequential one."""
+    return next((v for v in vals if v is not None), None)
+
+
+def _chat_latency_row(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """Target 1: render_chat's p50 at c=1 against vLLM on fastokens, by both load tools."""
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return None if a is None or not b else round(a / b, 3)
 
-    def known(*vals: float | None) -> float | None:
-        """The head-to-head's figure where it ran, else the sequential one."""
-        return next((v for v in vals if v is not None), None)
-
     h2h = s.get("p50_ms_c1_interleaved") or {}
     p50 = {who: ((h2h.get(who) or {}).get("render_chat") or {}).get("p50_ms") for who in h2h}
-    lg_ours = known(p50.get("ours_loadgen"), _loadgen_p50(res.get("loadgen") or [], "chat_mix", 1))
-    lg_fk = known(
+    lg_ours = _known(p50.get("ours_loadgen"), _loadgen_p50(res.get("loadgen") or [], "chat_mix", 1))
+    lg_fk = _known(
         p50.get("peer_fastokens_loadgen"),
         _loadgen_p50((res.get("peer_fastokens") or {}).get("loadgen") or [], "chat_mix", 1),
     )
-    lg_floor = known(
+    lg_floor = _known(
         p50.get("floor_loadgen"),
         _loadgen_p50([r for r in res.get("floor") or [] if "loadgen" in r.get("driver", "")], "chat_mix", 1),
     )
     r_pa, r_lg = ratio(p50.get("ours"), p50.get("peer_fastokens")), ratio(lg_ours, lg_fk)
-    rows = [
-        [
-            "1. render_chat p50 at c=1 <= 1.0x vLLM's render server on fastokens (chat_mix)",
-            f"{_f(p50.get('ours'), 2)} vs {_f(p50.get('peer_fastokens'), 2)} ms: {_f(r_pa, 2)}x "
-            f"(floor {_f(p50.get('floor'), 2)} ms)",
-            f"{_f(lg_ours, 2)} vs {_f(lg_fk, 2)} ms: {_f(r_lg, 2)}x (floor {_f(lg_floor, 2)} ms)",
-            verdict(_all_known(at_most(r_pa, 1.0), at_most(r_lg, 1.0))),
-        ]
+    return [
+        "1. render_chat p50 at c=1 <= 1.0x vLLM's render server on fastokens (chat_mix)",
+        f"{_f(p50.get('ours'), 2)} vs {_f(p50.get('peer_fastokens'), 2)} ms: {_f(r_pa, 2)}x "
+        f"(floor {_f(p50.get('floor'), 2)} ms)",
+        f"{_f(lg_ours, 2)} vs {_f(lg_fk, 2)} ms: {_f(r_lg, 2)}x (floor {_f(lg_floor, 2)} ms)",
+        _verdict(_all_known(_at_most(r_pa, 1.0), _at_most(r_lg, 1.0))),
     ]
-    for label, model, peer, goal in (
-        ("2. render_chat throughput >= 3x vLLM's render server", "render_chat", "vllm", 3.0),
-        ("2. render_chat throughput >= 2.5x vLLM's render server on fastokens", "render_chat", "vllm_fastokens", 2.5),
-        ("2. render_chat throughput >= 0.6 of the Triton floor", "render_chat", "floor", 0.6),
-        ("3. render_completion throughput >= 4x vLLM's render server", "render_completion", "vllm", 4.0),
-        ("3. render_completion throughput >= 0.8 of the Triton floor", "render_completion", "floor", 0.8),
-    ):
+
+
+_THROUGHPUT_TARGETS = (
+    ("2. render_chat throughput >= 3x vLLM's render server", "render_chat", "vllm", 3.0),
+    ("2. render_chat throughput >= 2.5x vLLM's render server on fastokens", "render_chat", "vllm_fastokens", 2.5),
+    ("2. render_chat throughput >= 0.6 of the Triton floor", "render_chat", "floor", 0.6),
+    ("3. render_completion throughput >= 4x vLLM's render server", "render_completion", "vllm", 4.0),
+    ("3. render_completion throughput >= 0.8 of the Triton floor", "render_completion", "floor", 0.8),
+)
+
+
+def _chat_throughput_rows(s: dict[str, Any]) -> list[list[str]]:
+    """Targets 2 and 3: throughput ratios against vLLM and the floor, by both load tools."""
+    rows = []
+    for label, model, peer, goal in _THROUGHPUT_TARGETS:
         # Sequential figures stand in only where the head-to-head did not run (none for fastokens by
         # the load generator: its sequential rows mix drivers).
-        v = known(s.get(f"{model}_vs_{peer}_interleaved"), s.get(f"{model}_vs_{peer}"))
+        v = _known(s.get(f"{model}_vs_{peer}_interleaved"), s.get(f"{model}_vs_{peer}"))
         seq_lg = s.get(f"{model}_vs_{peer}_loadgen") if peer != "vllm_fastokens" else None
-        vl = known(s.get(f"{model}_vs_{peer}_loadgen_interleaved"), seq_lg)
-        rows.append([label, _f(v, 2), _f(vl, 2), verdict(_all_known(at_least(v, goal), at_least(vl, goal)))])
+        vl = _known(s.get(f"{model}_vs_{peer}_loadgen_interleaved"), seq_lg)
+        rows.append([label, _f(v, 2), _f(vl, 2), _verdict(_all_known(_at_least(v, goal), _at_least(vl, goal)))])
+    return rows
+
+
+def _chat_image_rows(s: dict[str, Any]) -> list[list[str]]:
+    """Target 4: the served image hit over in-process, and whether the image floor leaves it within reach."""
     hit = s.get("mm_hit_served_vs_inprocess")
-    rows.append(
+    reach = s.get("mm_hit_floor_vs_inprocess_best")
+    return [
         [
             "4. image cache hit through render_chat <= 3x in-process (worst image)",
             _f(hit, 2),
             "-",
-            verdict(at_most(hit, 3.0)),
-        ]
-    )
-    reach = s.get("mm_hit_floor_vs_inprocess_best")
-    rows.append(
+            _verdict(_at_most(hit, 3.0)),
+        ],
         [
             "4. the image floor's hit over in-process (its best image; nothing built as this ensemble does better)",
             _f(reach, 2),
             "-",
             "n/a (not measured)" if reach is None else ("within reach" if reach <= 3.0 else "**3x out of reach**"),
-        ]
-    )
+        ],
+    ]
+
+
+def chat_speed_targets(res: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """The chat speed targets (chat rendering ahead of every vLLM configuration), each judged from this
+    run's own figures: the head-to-head (perf_analyzer, all servers up, alternating rounds) and the
+    Python load generator; images from ``bench_mm``."""
+    rows = [_chat_latency_row(res, s), *_chat_throughput_rows(s), *_chat_image_rows(s)]
     return [
         "## Chat speed targets\n",
         "A target is met only where every measurement of it that ran says so. Both columns are the "
@@ -431,97 +452,119 @@ def gpu_section(path: Path) -> list[str]:
 
 
 def _gpu_section_v2(g: dict[str, Any]) -> list[str]:
-    """Issue 51's targets as ``benchmarks/gpu_check.py`` measured them (its JSON ``version`` 2)."""
+    """The device-path checks as ``benchmarks/gpu_check.py`` measured them (its JSON ``version`` 2)."""
+    return (
+        _gpu_v2_verdict(g)
+        + _gpu_v2_device_path(g)
+        + _gpu_v2_decode(g["decode"])
+        + _gpu_v2_speed(g.get("timings", []))
+        + _gpu_v2_parts_and_memory(g)
+        + _gpu_v2_residency(g.get("residency", []))
+        + [
+            "Not measured by this script: image chats through `render_chat` at concurrency 8 (needs tritonserver on "
+            "the device machine) and greedy tokens through vLLM's engine with device-decoded images "
+            "(`benchmarks/gpu_check_vllm_images.py`, needs `make engine-vllm-gpu`'s environment). "
+            + _GPU_RUN
+            + _GPU_WHEELS
+            + "\n"
+        ]
+    )
+
+
+def _worst_diff(rows: list[dict[str, Any]], key: str = "max_abs_diff") -> float | None:
+    """The largest difference over ``rows`` (a missing one counted as 0), None for no rows."""
+    return max((r[key] or 0.0 for r in rows), default=None)
+
+
+def _gpu_v2_verdict(g: dict[str, Any]) -> list[str]:
+    """The device, its library versions, and whether every held check passed (else which failed)."""
     env, held = g.get("environment", {}), g.get("held", {})
     failed = [k for k, ok in held.items() if not ok]
-    lines = [
+    return [
         f"{env.get('device_name')} ({env.get('device')}), torch {env.get('torch')}, torchvision "
         f"{env.get('torchvision')}, transformers {env.get('transformers')}: "
         + ("every held check passed." if g.get("passed") else f"**failed: {', '.join(failed)}**.")
         + "\n"
     ]
+
+
+def _gpu_v2_device_path(g: dict[str, Any]) -> list[str]:
+    """Check 1: the device path against transformers' processor, the CPU path, and each other."""
     o, cp, dc = g["oracle"], g["cpu_path"], g["device_vs_cpu"]
-    worst = lambda rows, k="max_abs_diff": max((r[k] or 0.0 for r in rows), default=None)  # noqa: E731
     oracle = (
         f"largest |difference| of `pixel_values` against transformers' fast processor run with "
-        f"`device={o['rows'][0]['oracle_device']!r}` {worst(o['rows'])} (tolerance {o['atol']}), grids "
+        f"`device={o['rows'][0]['oracle_device']!r}` {_worst_diff(o['rows'])} (tolerance {o['atol']}), grids "
         f"{'equal' if all(r['grid_equal'] for r in o['rows']) else '**not equal**'}"
         if o.get("available") and o["rows"]
         else f"**oracle unavailable**: {o.get('reason')}"
     )
-    lines.append(
+    return [
         f"**1. The device path** (`IMAGE_DEVICE=cuda`): {oracle}. The CPU path against the same torch code on the "
         f"CPU: {'bit-exact' if cp['bit_exact'] else '**not bit-exact**'}. The device against the CPU path: ids, "
         f"grids and `mm_hashes` {'equal' if dc['ids_grids_hashes_equal'] else '**not equal**'}; `pixel_values` "
-        f"differ by at most {worst(dc['rows'])} (the resize's rounding: uint8 on a CPU, float32 on a GPU).\n"
-    )
-    d = g["decode"]
-    if d.get("available"):
-        lines += [
-            "**2. Decoding on the device** (`IMAGE_DECODE_DEVICE=cuda`) against Pillow, grey levels:\n",
-            _table(
-                [
-                    "image",
-                    "EXIF orientation",
-                    "decoded on",
-                    "max diff",
-                    "mean diff",
-                    "share off",
-                    "same hash",
-                    "upright",
-                ],
-                [
-                    [
-                        r["image"],
-                        r["orientation"],
-                        r["decoded_on"],
-                        r["max_abs_diff"],
-                        _f(r["mean_abs_diff"], 3),
-                        _f(r["fraction_off"], 4),
-                        r["hash_equal"],
-                        r["upright"],
-                    ]
-                    for r in d["rows"]
-                ],
-            ),
-            "",
+        f"differ by at most {_worst_diff(dc['rows'])} (the resize's rounding: uint8 on a CPU, float32 on a GPU).\n"
+    ]
+
+
+def _gpu_v2_decode(d: dict[str, Any]) -> list[str]:
+    """Check 2: JPEG decoded on the device against Pillow, image by image (or why it was not measured)."""
+    if not d.get("available"):
+        return [f"**2. Decoding on the device**: not measured: {d.get('reason')}\n"]
+    heads = ["image", "EXIF orientation", "decoded on", "max diff", "mean diff", "share off", "same hash", "upright"]
+    rows = [
+        [
+            r["image"],
+            r["orientation"],
+            r["decoded_on"],
+            r["max_abs_diff"],
+            _f(r["mean_abs_diff"], 3),
+            _f(r["fraction_off"], 4),
+            r["hash_equal"],
+            r["upright"],
         ]
-    else:
-        lines.append(f"**2. Decoding on the device**: not measured: {d.get('reason')}\n")
-    timed = g.get("timings", [])
-    lines += [
-        "**3. Speed**, one JPEG miss and hit (medians, ms):\n",
-        _table(
-            [
-                "family",
-                "image",
-                "CPU miss",
-                "device miss",
-                "speed-up",
-                "device + decode miss",
-                "speed-up",
-                "CPU hit",
-                "device hit",
-            ],
-            [
-                [
-                    r["family"],
-                    r["image"],
-                    r["cpu_miss_ms"],
-                    r["device_miss_ms"],
-                    r["device_miss_speedup"],
-                    r.get("device_decode_miss_ms"),
-                    r.get("device_decode_miss_speedup"),
-                    r["cpu_hit_ms"],
-                    r["device_hit_ms"],
-                ]
-                for r in timed
-            ],
-        ),
+        for r in d["rows"]
+    ]
+    return [
+        "**2. Decoding on the device** (`IMAGE_DECODE_DEVICE=cuda`) against Pillow, grey levels:\n",
+        _table(heads, rows),
         "",
     ]
+
+
+def _gpu_v2_speed(timed: list[dict[str, Any]]) -> list[str]:
+    """Check 3: a JPEG miss and hit on the CPU, on the device, and decoded on the device too."""
+    heads = [
+        "family",
+        "image",
+        "CPU miss",
+        "device miss",
+        "speed-up",
+        "device + decode miss",
+        "speed-up",
+        "CPU hit",
+        "device hit",
+    ]
+    rows = [
+        [
+            r["family"],
+            r["image"],
+            r["cpu_miss_ms"],
+            r["device_miss_ms"],
+            r["device_miss_speedup"],
+            r.get("device_decode_miss_ms"),
+            r.get("device_decode_miss_speedup"),
+            r["cpu_hit_ms"],
+            r["device_hit_ms"],
+        ]
+        for r in timed
+    ]
+    return ["**3. Speed**, one JPEG miss and hit (medians, ms):\n", _table(heads, rows), ""]
+
+
+def _gpu_v2_parts_and_memory(g: dict[str, Any]) -> list[str]:
+    """Where a large miss's time goes, and what a cached image weighs on the device."""
     st = g.get("stages", {})
-    lines.append(
+    return [
         f"Parts of a {st.get('image')} miss: Pillow decode {st.get('pil_decode_ms')} ms, device decode "
         f"{st.get('device_decode_ms')} ms (the host copy the hash reads included), content hash {st.get('hash_ms')} ms. "
         "Memory per cached image: "
@@ -533,26 +576,21 @@ def _gpu_section_v2(g: dict[str, Any]) -> list[str]:
             for m in g.get("memory", [])
         )
         + ".\n"
-    )
-    lines.append(
+    ]
+
+
+def _gpu_v2_residency(residency: list[dict[str, Any]]) -> list[str]:
+    """Check 4: a cache hit is served from a device tensor, copied to the host for Triton."""
+    return [
         "**4. The cache and where a hit lives**: "
         + "; ".join(
             f"{r['family']}: a hit ({r['hit_hits']} of 1, same hash: {r['hit_hashes_equal']}) is served from the "
             f"cached tensor on {r['hit_pixel_values_on']}, and handing its {r['hit_pixel_values_bytes']:,} bytes to "
             f"Triton copies them to the host in {r['to_host_ms']} ms (`triton_io.tensors.tensor`, every response)"
-            for r in g.get("residency", [])
+            for r in residency
         )
         + ". An engine in the same server therefore receives host tensors.\n"
-    )
-    lines.append(
-        "Not measured by this script: image chats through `render_chat` at concurrency 8 (needs tritonserver on the "
-        "device machine) and greedy tokens through vLLM's engine with device-decoded images "
-        "(`benchmarks/gpu_check_vllm_images.py`, needs `make engine-vllm-gpu`'s environment). "
-        + _GPU_RUN
-        + _GPU_WHEELS
-        + "\n"
-    )
-    return lines
+    ]
 
 
 # What each server of the head-to-head is, by its target name.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import head_to_head as h2h
@@ -78,12 +79,29 @@ def _r(x: float | None, n: int = 2) -> float | None:
     return round(x, n) if isinstance(x, (int, float)) else x
 
 
-def summarize(res: dict[str, Any]) -> dict[str, Any]:
-    """``summary.json`` as one dict literal, figure by figure; long because it is a table, every entry a line."""
+@dataclass(frozen=True)
+class _Bests:
+    """One model's best rows on each side of the run (None where that side has none or did not run)."""
 
-    peer = res.get("peer") or {}
-    peer_ran = peer.get("status") == "ran"
-    s: dict[str, Any] = {
+    ours: dict[str, Any] | None
+    ours_json: dict[str, Any] | None
+    peer: dict[str, Any] | None
+    peer_fastokens: dict[str, Any] | None
+
+
+def _ran(side: dict[str, Any]) -> bool:
+    """Whether a peer's part of the run ran (else it was skipped or failed)."""
+    return side.get("status") == "ran"
+
+
+def _rps(row: dict[str, Any] | None) -> float | None:
+    """A row's requests/s, None for no row."""
+    return row["requests_per_s"] if row else None
+
+
+def _run_header(res: dict[str, Any]) -> dict[str, Any]:
+    """The run itself: when, where, with which perf_analyzer and server settings."""
+    return {
         "quick": res["quick"],
         "started": res["started"],
         "elapsed_s": _r(res.get("elapsed_s"), 0),
@@ -101,127 +119,142 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             },
         },
     }
-    pfk = res.get("peer_fastokens") or {}
-    pfk_ran = pfk.get("status") == "ran"
-    best_ours, best_peer, best_ours_json, best_pfk = {}, {}, {}, {}
-    for model, name in MAIN_INPUTS.items():
-        key = model.removeprefix("render_")
-        best_ours[model] = _best([r for r in res["sweep"] if r["model"] == model])
-        best_ours_json[model] = _best(
-            [
-                r
-                for r in res["openai_sweep"] + res["loadgen"]
-                if r.get("model", model) == model and r.get("input") == name
-            ]
-        )
-        best_peer[model] = (
-            _best([r for r in peer.get("sweep", []) + peer.get("loadgen", []) if r.get("input") == name])
-            if peer_ran
-            else None
-        )
-        reason = None if peer_ran else f"peer {peer.get('status')}: {peer.get('reason', '')}".strip()
-        ours = best_ours[model]["requests_per_s"] if best_ours[model] else None
-        theirs = best_peer[model]["requests_per_s"] if best_peer[model] else None
-        s[f"render_{key}_vs_vllm"] = _ratio(ours, theirs)
-        s[f"render_{key}_vs_vllm_note"] = reason or (
-            "our best (perf_analyzer, any protocol/concurrency) over vLLM render server's best "
-            "(perf_analyzer openai kind or the load generator, any concurrency), same inputs"
-        )
-        best_pfk[model] = (
-            _best([r for r in pfk.get("sweep", []) + pfk.get("loadgen", []) if r.get("input") == name])
-            if pfk_ran
-            else None
-        )
-        s[f"render_{key}_vs_vllm_fastokens"] = _ratio(
-            ours, best_pfk[model]["requests_per_s"] if best_pfk[model] else None
-        )
-        s[f"render_{key}_vs_vllm_fastokens_note"] = (
-            "our best over the best of vLLM's render server run with VLLM_USE_FASTOKENS=1, the text encoding "
-            "engine our tokenize stage picks"
-            if pfk_ran
-            else f"peer with fastokens {pfk.get('status', 'not run')}"
-        )
-        floor_rows = [r for r in res.get("floor", []) if r.get("model") == model]
-        floor = _best([r for r in floor_rows if _is_loadgen(r) is False])
-        s[f"render_{key}_floor"] = _desc(floor)
-        s[f"render_{key}_of_floor"] = _ratio(ours, floor["requests_per_s"] if floor else None)
-        s[f"render_{key}_vs_floor"] = s[f"render_{key}_of_floor"]
-        # The same ratios with the Python load generator driving both sides (what a Python client gets).
-        ours_lg = _best([r for r in res["loadgen"] if r.get("input") == name])
-        floor_lg = _best([r for r in floor_rows if _is_loadgen(r)])
-        s[f"render_{key}_vs_floor_loadgen"] = _ratio(
-            ours_lg["requests_per_s"] if ours_lg else None, floor_lg["requests_per_s"] if floor_lg else None
-        )
-        peer_lg = _best([r for r in peer.get("loadgen", []) if r.get("input") == name]) if peer_ran else None
-        s[f"render_{key}_vs_vllm_loadgen"] = _ratio(
-            ours_lg["requests_per_s"] if ours_lg else None, peer_lg["requests_per_s"] if peer_lg else None
-        )
-        s[f"render_{key}_floor_vs_vllm"] = _ratio(floor["requests_per_s"] if floor else None, theirs)
-        s[f"render_{key}_vs_vllm_same_client"] = _ratio(
-            best_ours_json[model]["requests_per_s"] if best_ours_json[model] else None, theirs
-        )
-        baseline = "transformers tokenizer(batch" if key == "completion" else "transformers apply_chat_template"
-        s[f"render_{key}_vs_inprocess"] = _ratio(ours, _inproc(res, name, baseline))
-        s[f"render_{key}_vs_inprocess_note"] = (
-            f"our best over in-process '{baseline}...' on one core, one process ({name})"
-        )
-        s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
-    s.update(_mm_summary(res.get("mm")))
-    s.update(_image_floor_summary(res.get("image_floor")))
-    s["best_throughput"] = {
-        "ours": {m: _desc(best_ours[m]) for m in MODELS},
-        "ours_json_over_http": {m: _desc(best_ours_json[m]) for m in MODELS},
-        "peer": {m: _desc(best_peer[m]) for m in MODELS} if peer_ran else None,
-        "peer_fastokens": {m: _desc(best_pfk[m]) for m in MODELS} if pfk_ran else None,
+
+
+def _model_bests(res: dict[str, Any], model: str, name: str) -> _Bests:
+    """One model's best row per side: ours by perf_analyzer, ours as JSON over HTTP, each peer."""
+    peer, pfk = res.get("peer") or {}, res.get("peer_fastokens") or {}
+
+    def best_of(side: dict[str, Any]) -> dict[str, Any] | None:
+        rows = side.get("sweep", []) + side.get("loadgen", [])
+        return _best([r for r in rows if r.get("input") == name]) if _ran(side) else None
+
+    json_rows = res["openai_sweep"] + res["loadgen"]
+    return _Bests(
+        ours=_best([r for r in res["sweep"] if r["model"] == model]),
+        ours_json=_best([r for r in json_rows if r.get("model", model) == model and r.get("input") == name]),
+        peer=best_of(peer),
+        peer_fastokens=best_of(pfk),
+    )
+
+
+def _model_figures(res: dict[str, Any], model: str, name: str, b: _Bests) -> dict[str, Any]:
+    """One model's ratios against vLLM, the floor and the in-process baselines, in summary.json's order."""
+    peer, pfk = res.get("peer") or {}, res.get("peer_fastokens") or {}
+    key = model.removeprefix("render_")
+    ours, theirs = _rps(b.ours), _rps(b.peer)
+    reason = None if _ran(peer) else f"peer {peer.get('status')}: {peer.get('reason', '')}".strip()
+    s: dict[str, Any] = {}
+    s[f"render_{key}_vs_vllm"] = _ratio(ours, theirs)
+    s[f"render_{key}_vs_vllm_note"] = reason or (
+        "our best (perf_analyzer, any protocol/concurrency) over vLLM render server's best "
+        "(perf_analyzer openai kind or the load generator, any concurrency), same inputs"
+    )
+    s[f"render_{key}_vs_vllm_fastokens"] = _ratio(ours, _rps(b.peer_fastokens))
+    s[f"render_{key}_vs_vllm_fastokens_note"] = (
+        "our best over the best of vLLM's render server run with VLLM_USE_FASTOKENS=1, the text encoding "
+        "engine our tokenize stage picks"
+        if _ran(pfk)
+        else f"peer with fastokens {pfk.get('status', 'not run')}"
+    )
+    floor_rows = [r for r in res.get("floor", []) if r.get("model") == model]
+    floor = _best([r for r in floor_rows if _is_loadgen(r) is False])
+    s[f"render_{key}_floor"] = _desc(floor)
+    s[f"render_{key}_of_floor"] = _ratio(ours, _rps(floor))
+    s[f"render_{key}_vs_floor"] = s[f"render_{key}_of_floor"]
+    # The same ratios with the Python load generator driving both sides (what a Python client gets).
+    ours_lg = _best([r for r in res["loadgen"] if r.get("input") == name])
+    floor_lg = _best([r for r in floor_rows if _is_loadgen(r)])
+    s[f"render_{key}_vs_floor_loadgen"] = _ratio(_rps(ours_lg), _rps(floor_lg))
+    peer_lg = _best([r for r in peer.get("loadgen", []) if r.get("input") == name]) if _ran(peer) else None
+    s[f"render_{key}_vs_vllm_loadgen"] = _ratio(_rps(ours_lg), _rps(peer_lg))
+    s[f"render_{key}_floor_vs_vllm"] = _ratio(_rps(floor), theirs)
+    s[f"render_{key}_vs_vllm_same_client"] = _ratio(_rps(b.ours_json), theirs)
+    baseline = "transformers tokenizer(batch" if key == "completion" else "transformers apply_chat_template"
+    s[f"render_{key}_vs_inprocess"] = _ratio(ours, _inproc(res, name, baseline))
+    s[f"render_{key}_vs_inprocess_note"] = f"our best over in-process '{baseline}...' on one core, one process ({name})"
+    s[f"render_{key}_vs_vllm_inprocess"] = _ratio(ours, _inproc(res, name, "vLLM renderer in process"))
+    return s
+
+
+def _best_throughput(res: dict[str, Any], bests: dict[str, _Bests]) -> dict[str, Any]:
+    """Each side's best row per model, and every in-process baseline's requests/s."""
+    peer_ran, pfk_ran = _ran(res.get("peer") or {}), _ran(res.get("peer_fastokens") or {})
+    return {
+        "ours": {m: _desc(bests[m].ours) for m in MODELS},
+        "ours_json_over_http": {m: _desc(bests[m].ours_json) for m in MODELS},
+        "peer": {m: _desc(bests[m].peer) for m in MODELS} if peer_ran else None,
+        "peer_fastokens": {m: _desc(bests[m].peer_fastokens) for m in MODELS} if pfk_ran else None,
         "inprocess": {
             r["input"] + ": " + r["baseline"]: round(r["requests_per_s"], 1)
             for r in (res.get("inprocess") or {}).get("rows", [])
         },
     }
-    p50: dict[str, Any] = {"ours": {}, "peer": {} if peer_ran else None, "peer_fastokens": {} if pfk_ran else None}
+
+
+def _p50_c1(res: dict[str, Any]) -> dict[str, Any]:
+    """p50 at concurrency 1 of the sequential sweeps: ours by protocol, each peer's JSON over HTTP."""
+    peer, pfk = res.get("peer") or {}, res.get("peer_fastokens") or {}
+    p50: dict[str, Any] = {"ours": {}, "peer": {} if _ran(peer) else None, "peer_fastokens": {} if _ran(pfk) else None}
     for r in _ok(res["sweep"] + res["openai_sweep"]):
         if r["concurrency"] == 1:
             p50["ours"][f"{r['model']} {r['protocol'] if r['protocol'] != 'openai' else 'http-json'}"] = _r(r["p50_ms"])
-    for key, ran, run in (("peer", peer_ran, peer), ("peer_fastokens", pfk_ran, pfk)):
-        if ran:
+    for key, run in (("peer", peer), ("peer_fastokens", pfk)):
+        if _ran(run):
             p50[key] = {
                 f"{r['model']} http-json": _r(r["p50_ms"]) for r in _ok(run.get("sweep", [])) if r["concurrency"] == 1
             }
-    s["p50_ms_c1"] = p50
-    s.update(head_to_head_summary(res))
-    s["ids_equal"] = ids_summary(res)
-    s["vllm_rs"] = vllm_rs_summary(res, s)
-    s["streaming"] = res.get("streaming")
-    s["scaling"] = [
-        {
-            "tokenizer_backend": "auto",
-            **{
-                k: _r(v)
-                for k, v in r.items()
-                if k
-                in (
-                    "tokenize_instances",
-                    "chat_render_instances",
-                    "max_queue_delay_us",
-                    "tokenizer_backend",
-                    "model",
-                    "concurrency",
-                    "requests_per_s",
-                    "p50_ms",
-                    "error",
-                )
-            },
-        }
+    return p50
+
+
+_SCALING_KEYS = (
+    "tokenize_instances",
+    "chat_render_instances",
+    "max_queue_delay_us",
+    "tokenizer_backend",
+    "model",
+    "concurrency",
+    "requests_per_s",
+    "p50_ms",
+    "error",
+)
+
+
+def _scaling(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scaling rows cut to their settings and figures (``auto`` backend unless a row says otherwise)."""
+    return [
+        {"tokenizer_backend": "auto", **{k: _r(v) for k, v in r.items() if k in _SCALING_KEYS}}
         for r in res.get("scaling", [])
     ]
+
+
+def _client_cpu(res: dict[str, Any]) -> dict[str, Any]:
+    """The load generator's own CPU per request, by driver, input and concurrency, on every side."""
+    peer, pfk = res.get("peer") or {}, res.get("peer_fastokens") or {}
     lg = [
         r
         for r in res["loadgen"] + peer.get("loadgen", []) + pfk.get("loadgen", []) + _rs(res).get("loadgen", [])
         if r.get("client_cpu_us_per_request")
     ]
-    s["loadgen_client_cpu_us_per_request"] = {
-        f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg
-    }
+    return {f"{r['driver']} {r['input']} c={r['concurrency']}": _r(r["client_cpu_us_per_request"], 0) for r in lg}
+
+
+def summarize(res: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json``: the run's figures, section by section in the order the file lists them."""
+    s = _run_header(res)
+    bests = {model: _model_bests(res, model, name) for model, name in MAIN_INPUTS.items()}
+    for model, name in MAIN_INPUTS.items():
+        s.update(_model_figures(res, model, name, bests[model]))
+    s.update(_mm_summary(res.get("mm")))
+    s.update(_image_floor_summary(res.get("image_floor")))
+    s["best_throughput"] = _best_throughput(res, bests)
+    s["p50_ms_c1"] = _p50_c1(res)
+    s.update(head_to_head_summary(res))
+    s["ids_equal"] = ids_summary(res)
+    s["vllm_rs"] = vllm_rs_summary(res, s)
+    s["streaming"] = res.get("streaming")
+    s["scaling"] = _scaling(res)
+    s["loadgen_client_cpu_us_per_request"] = _client_cpu(res)
     s.update(engine_summary(res))
     s["openai_front_tokens_per_s_vs_triton_grpc"] = ((res.get("openai_front") or {}).get("summary") or {}).get(
         "front_tokens_per_s_vs_triton_grpc"

@@ -1,6 +1,6 @@
 """The layout README.md describes, held: each package imports only the layers below it, no module
-imports another that imports it back (lazy imports included), and only the Triton adapters and
-``triton_io/`` touch the Python backend's module."""
+imports another that imports it back (lazy imports included), only the Triton adapters and
+``triton_io/`` touch the Python backend's module, and no function under ``benchmarks/`` runs past 80 lines."""
 
 from __future__ import annotations
 
@@ -114,3 +114,19 @@ def test_only_the_adapters_and_triton_io_import_the_python_backend():
     for config in sorted(ROOT.glob("model_repository/*/config.pbtxt")):
         if 'backend: "python"' in config.read_text():
             assert (config.parent / "1" / "model.py").is_file(), config.parent.name
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_benchmark_function_is_longer_than_80_lines():
+    """Every function under ``benchmarks/`` reads as named steps: none longer than ``MAX_FUNCTION_LINES``
+    (``def`` to its last line, docstring included)."""
+    long = []
+    for path in _benchmark_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} is {lines} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(long)
