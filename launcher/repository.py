@@ -1,6 +1,7 @@
 """What tritonserver loads: the model folders built (the default model, the tiny vision-language
 and encoder-decoder models) and ``model_repository/`` rendered into the build folder, every
-``${var}`` of its config templates filled from the ``Settings``.
+``${var}`` of its config templates filled from the ``Settings``, and every Python model's tensors
+(``${tensors}``) written from ``renderer/stage_tensors.py``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import shutil
 import string
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.settings import ENCODER_DECODER_MODELS, ENGINES, ROOT, TEMPLATES, Settings, gpu_visible
+
+if TYPE_CHECKING:
+    from renderer.engine_tensors import TensorSpec
 
 
 def model_family(s: Settings) -> str | None:
@@ -80,33 +86,53 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
 
 
 def family_vars(family: str | None) -> dict[str, str]:
-    """What makes one ``config.multimodal.pbtxt`` fit each image family: the family's image
-    tensors (``renderer/multimodal/tensors.py``) as config entries and as ensemble step maps.
-    Empty for a text-only model (None)."""
-    from renderer.multimodal.tensors import ITEM_TENSOR_SPECS, engine_image_inputs, image_tensors
+    """What makes one ensemble's ``config.multimodal.pbtxt`` fit each image family: the family's
+    image tensors (``renderer/multimodal/tensors.py``) as ensemble outputs and step maps (the Python
+    models' take theirs from ``tensor_blocks``). Empty for a text-only model (None)."""
+    from renderer.multimodal.tensors import engine_image_inputs, image_tensors
 
     specs = image_tensors(family) if family else ()
     engine = engine_image_inputs(family) if family else ()
-    # The engine's and the post-processor's extra inputs (appended to their TensorRT-LLM list).
-    engine_inputs = (
-        "".join(
-            f',\n  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] '
-            "optional: true allow_ragged_batch: true }"
-            for t in (*specs, *ITEM_TENSOR_SPECS)
-        )
-        if family
-        else ""
-    )
     return {
         "family": family or "",
-        "image_outputs": ",\n".join(
-            f'  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] }}' for t in specs
-        ),
+        "image_outputs": ",\n".join(f"  {tensor_entry(t)}" for t in specs),
         "image_step_outputs": "\n".join(f'      output_map {{ key: "{t.name}" value: "{t.name}" }}' for t in specs),
         "engine_image_step_outputs": "\n".join(f'      output_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
         "engine_image_step_inputs": "\n".join(f'      input_map {{ key: "{n}" value: "_{n}" }}' for n in engine),
-        "engine_image_inputs": engine_inputs,
     }
+
+
+def tensor_entry(t: TensorSpec) -> str:
+    """One tensor as a config's ``input``/``output`` entry."""
+    flags = (" optional: true" if t.optional else "") + (" allow_ragged_batch: true" if t.ragged else "")
+    return f'{{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ]{flags} }}'
+
+
+# Comment lines wrap here, as the hand-written configs did.
+_COMMENT_WIDTH = 100
+
+
+def tensor_blocks(model: str, family: str | None) -> str | None:
+    """``model``'s ``input [...]`` and ``output [...]`` blocks from ``renderer/stage_tensors.py``
+    (what its template's ``${tensors}`` becomes), each tensor's ``doc`` as ``#`` lines above it;
+    None for a model without a stage table (an ensemble: its blocks are written by hand)."""
+    from renderer.stage_tensors import has_stage_tensors, stage_tensors
+
+    if not has_stage_tensors(model, family):
+        return None
+    tables = stage_tensors(model, family)
+
+    def block(kind: str, specs: tuple[TensorSpec, ...]) -> str:
+        lines = [f"{kind} ["]
+        for i, t in enumerate(specs):
+            for paragraph in t.doc.splitlines():
+                lines += textwrap.wrap(
+                    paragraph, _COMMENT_WIDTH, initial_indent="  # ", subsequent_indent="  # ", break_on_hyphens=False
+                )
+            lines.append(f"  {tensor_entry(t)}{',' if i < len(specs) - 1 else ''}")
+        return "\n".join([*lines, "]"])
+
+    return f"{block('input', tables.inputs)}\n{block('output', tables.outputs)}"
 
 
 def engine_model_name(s: Settings) -> str:
@@ -158,12 +184,24 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
         shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__", "config.*.pbtxt"))
         # Ensembles have no files in their version folder, and git keeps no empty folders.
         (dst / "1").mkdir(exist_ok=True)
-        # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
-        (dst / "config.pbtxt").write_text(string.Template(chosen.read_text()).substitute(values))
+        (dst / "config.pbtxt").write_text(render_config(chosen, model.name, values, family))
     if s.engine_model_dir:
         # Linked, not copied: an engine folder may be large; Triton follows the link.
         (out / engine_model_name(s)).symlink_to(Path(s.engine_model_dir).resolve(), target_is_directory=True)
     return out
+
+
+def render_config(template: Path, model: str, values: dict[str, str], family: str | None) -> str:
+    """One config template filled: ``values`` (``template_vars``) and, for a Python model, its
+    tensors (``tensor_blocks``)."""
+    text = template.read_text()
+    tensors = tensor_blocks(model, family)
+    if tensors is not None and "${tensors}" not in text:
+        # A stage's tensors come from its table only; a template without the placeholder would
+        # load with none (or with a hand-written copy that the table no longer governs).
+        raise ValueError(f"{template} declares no ${{tensors}}: a Python model's tensors come from its stage table")
+    # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
+    return string.Template(text).substitute({**values, "tensors": tensors or ""})
 
 
 # Models that a BLS call reaches, which loading an ensemble does not load by itself.

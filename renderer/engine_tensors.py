@@ -11,7 +11,7 @@ No Triton here: tensors are numpy arrays without the batch dimension.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -51,6 +51,11 @@ class TensorSpec:
 
     ragged: bool = False
     """Requests batched together may differ in its dims (``allow_ragged_batch: true``)."""
+
+    doc: str = field(default="", compare=False)
+    """Why the tensor is there, for a reader of the config: the launcher writes it as ``#`` lines
+    above the tensor in the rendered ``config.pbtxt``, each paragraph (``\\n``) wrapped on its own;
+    "" for none. Not part of the interface, so two specs that differ only here are equal."""
 
     @property
     def np_dtype(self) -> type:

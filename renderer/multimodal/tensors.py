@@ -1,9 +1,9 @@
 """The image tensors each model family hands on, named, typed and shaped once.
 
-``mm_process`` emits them with these dtypes, the launcher writes them into the configs of every
-model and ensemble that carries them (``launcher/repository.py``: ``family_vars``), and
-``tests/unit/test_config_contract.py`` checks what the adapters send against the rendered configs.
-Layouts are described on ``MultiModalOutput``.
+``mm_process`` emits them with these dtypes; the launcher writes them into the configs of every
+model that carries them (through ``renderer/stage_tensors.py``) and into the image ensembles' outputs
+and maps (``launcher/repository.py``: ``family_vars``); ``tests/unit/test_config_contract.py`` checks
+what the adapters send against the rendered configs. Layouts are described on ``MultiModalOutput``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from ..engine_tensors import TensorSpec
 from ..errors import UnsupportedMultiModalError
 
 FAMILY_IMAGE_TENSORS: dict[str, tuple[TensorSpec, ...]] = {
-    # All images' flattened patches in order, and each image's (t, h, w) patch grid.
     "qwen2_vl": (
-        TensorSpec("pixel_values", "TYPE_FP32", (-1, -1)),
-        TensorSpec("image_grid_thw", "TYPE_INT64", (-1, 3)),
+        TensorSpec("pixel_values", "TYPE_FP32", (-1, -1), doc="All images' flattened patches, in order."),
+        TensorSpec("image_grid_thw", "TYPE_INT64", (-1, 3), doc="Each image's (t, h, w) patch grid."),
     ),
-    # Images zero-padded to the largest, [images, 3, height, width], and each one's (h, w).
     "pixtral": (
-        TensorSpec("pixel_values", "TYPE_FP32", (-1, 3, -1, -1)),
-        TensorSpec("image_sizes", "TYPE_INT64", (-1, 2)),
+        TensorSpec(
+            "pixel_values", "TYPE_FP32", (-1, 3, -1, -1), doc="Images zero-padded to the largest, [images, 3, h, w]."
+        ),
+        TensorSpec("image_sizes", "TYPE_INT64", (-1, 2), doc="Each image's (h, w)."),
     ),
 }
 
@@ -40,8 +40,15 @@ def image_tensors(family: str) -> tuple[TensorSpec, ...]:
 
 
 ITEM_TENSOR_SPECS: tuple[TensorSpec, ...] = (
-    TensorSpec("mm_identifiers", "TYPE_UINT8", (-1, -1)),
-    TensorSpec("mm_placeholders", "TYPE_INT32", (-1, 2)),
+    TensorSpec(
+        "mm_identifiers",
+        "TYPE_UINT8",
+        (-1, -1),
+        doc="Each item's identity (mm_hashes) as bytes (renderer/multimodal/tensors.py says why).",
+    ),
+    TensorSpec(
+        "mm_placeholders", "TYPE_INT32", (-1, 2), doc="Each item's placeholder run in input_ids: (offset, length)."
+    ),
 )
 """What every image family also hands the engine: each item's identity and placeholder run.
 

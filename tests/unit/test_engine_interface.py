@@ -45,17 +45,22 @@ TRT_OUT = {t["name"]: t for t in FIXTURE["tensorrt_llm"]["outputs"]}
 ENS_IN = {t["name"]: t for t in FIXTURE["ensemble"]["inputs"]}
 
 
-def parse_config(path: Path):
-    """A config template parsed with Triton's own protobuf schema (placeholders filled)."""
-    import string
+# The image family a ``config.multimodal.pbtxt`` is rendered for here (any one: the checks below
+# hold for every family).
+MULTIMODAL_FAMILY = "qwen2_vl"
 
+
+def parse_config(path: Path, family: str | None = None):
+    """A config template parsed with Triton's own protobuf schema, rendered as the launcher renders
+    it for ``family`` (placeholders filled, a Python model's tensors written from its table)."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    from launcher.repository import template_vars
+    from launcher.repository import render_config, template_vars
     from launcher.settings import Settings
 
-    text = string.Template(path.read_text()).substitute(template_vars(Settings(mm_instance_kind="KIND_CPU")))
+    values = template_vars(Settings(mm_instance_kind="KIND_CPU"), family)
+    text = render_config(path, path.parent.name, values, family)
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
@@ -161,19 +166,24 @@ ENSEMBLES = sorted(
 )
 
 
+def _family(variant: str) -> str | None:
+    """The family an ensemble variant (``config.pbtxt``, ``config.multimodal.pbtxt``) is checked for."""
+    return MULTIMODAL_FAMILY if variant == "config.multimodal.pbtxt" else None
+
+
 def _model_config(model: str, variant: str):
     from launcher.repository import pick_config
 
-    family = variant.removeprefix("config.").removesuffix(".pbtxt") or None
-    return parse_config(pick_config(REPO / model, family))
+    family = _family(variant)
+    return parse_config(pick_config(REPO / model, family), family)
 
 
 @pytest.mark.parametrize("name", ENSEMBLES)
 def test_ensemble_steps_wire_existing_tensors_of_one_type(name):
     """Each step's input_map keys are inputs of that model and output_map keys its outputs;
     an internal tensor has one type wherever it flows (Triton checks this again at load)."""
-    variant = Path(name).name.replace("config.pbtxt", "config..pbtxt")
-    cfg = parse_config(REPO / name)
+    variant = Path(name).name
+    cfg = parse_config(REPO / name, _family(variant))
     types: dict[str, str] = {t.name: tensors([t])[t.name][0] for t in cfg.input}
     for step in cfg.ensemble_scheduling.step:
         model = _model_config(step.model_name, variant)

@@ -1,10 +1,13 @@
-"""Every Python stage's config declares exactly the tensors ``renderer/stage_tensors.py`` declares
-(name, type, dims, optional, ragged), in the repository the launcher renders for a text model and
-for each image family; and every ensemble's maps name tensors that exist at both ends, of one type.
+"""Every Python stage's tensors come from ``renderer/stage_tensors.py`` only: no committed config
+template declares them by hand, and the repository the launcher renders (for a text model with the
+encoder-decoder models, and for each image family) carries exactly the tables' tensors (name, type,
+dims, optional, ragged), each one's ``doc`` as a comment; every ensemble's maps (written by hand)
+name tensors that exist at both ends, of one type.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +20,12 @@ from launcher.settings import Settings
 from renderer.stage_tensors import STAGES, stage_tensors
 
 FAMILIES = [None, "qwen2_vl", "pixtral"]
+
+PYTHON_TEMPLATES = sorted(
+    str(p.relative_to(repository.TEMPLATES))
+    for p in repository.TEMPLATES.glob("*/config*.pbtxt")
+    if 'backend: "python"' in p.read_text()
+)
 
 
 def _declared(tensors) -> dict[str, tuple]:
@@ -38,9 +47,27 @@ def _table(specs) -> dict[str, tuple]:
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda f: f or "text")
 def rendered(request, tmp_path_factory) -> tuple[str | None, dict[str, object]]:
     family = request.param
-    s = replace(Settings(), build_dir=str(tmp_path_factory.mktemp(f"stage-{family or 'text'}")))
+    s = replace(Settings(), build_dir=str(tmp_path_factory.mktemp(f"stage-{family or 'text'}")), encoder_decoder=True)
     repo = repository.render_repository(s, family)
     return family, {p.parent.name: parse_config(p) for p in Path(repo).glob("*/config.pbtxt")}
+
+
+@pytest.mark.parametrize("name", PYTHON_TEMPLATES)
+def test_no_python_template_declares_its_tensors_by_hand(name):
+    """A Python model's ``input`` / ``output`` blocks are written from its table (``${tensors}``),
+    so a hand-written one could only drift from it."""
+    text = (repository.TEMPLATES / name).read_text()
+    assert not re.search(r"^\s*(input|output)\s*\[", text, re.M), f"{name} declares tensors by hand"
+    assert "${tensors}" in text, name
+
+
+def test_a_python_template_without_its_tensors_is_refused(tmp_path):
+    """Rendering stops, naming the template, rather than serving a stage without its tensors."""
+    template = tmp_path / "tokenize" / "config.pbtxt"
+    template.parent.mkdir()
+    template.write_text('name: "tokenize"\nbackend: "python"\n')
+    with pytest.raises(ValueError, match=r"declares no \$\{tensors\}"):
+        repository.render_config(template, "tokenize", {}, None)
 
 
 def _differences(declared: dict[str, tuple], table: dict[str, tuple]) -> list[str]:
@@ -58,18 +85,46 @@ def test_every_python_stage_declares_the_tables_tensors(rendered):
     family, configs = rendered
     python = {name: c for name, c in configs.items() if c.backend == "python"}
     assert python, "no Python model rendered"
+    assert {"tokenize_enc_dec", "llm_enc_dec", "detokenize_enc_dec"} <= set(python)
     wrong = []
     for name, config in sorted(python.items()):
         table = stage_tensors(name, family)
         wrong += [f"{name} input {d}" for d in _differences(_declared(config.input), _table(table.inputs))]
         wrong += [f"{name} output {d}" for d in _differences(_declared(config.output), _table(table.outputs))]
+        # In the table's order too: the config is written from it.
+        assert [t.name for t in config.input] == [t.name for t in table.inputs], name
+        assert [t.name for t in config.output] == [t.name for t in table.outputs], name
     assert not wrong, "\n".join(wrong)
 
 
+def test_every_tensors_doc_is_a_comment_of_the_rendered_config(rendered, tmp_path):
+    """A reader of the rendered ``config.pbtxt`` sees why each tensor is there."""
+    family, configs = rendered
+    s = replace(Settings(), build_dir=str(tmp_path), encoder_decoder=True)
+    values = repository.template_vars(s, family)
+    missing = []
+    for name in sorted(n for n, c in configs.items() if c.backend == "python"):
+        template = repository.pick_config(repository.TEMPLATES / name, family)
+        if name == "llm":
+            template = repository.TEMPLATES / "llm" / "config.pbtxt"
+        text = repository.render_config(template, name, values, family)
+        comments = " ".join(
+            line.strip().removeprefix("#").strip() for line in text.splitlines() if line.strip().startswith("#")
+        )
+        table = stage_tensors(name, family)
+        for t in (*table.inputs, *table.outputs):
+            for paragraph in t.doc.splitlines():
+                if " ".join(paragraph.split()) not in comments:
+                    missing.append(f"{name}.{t.name}: {paragraph!r}")
+    assert not missing, "\n".join(missing)
+
+
 def test_every_stage_of_the_table_is_served():
-    """No entry for a model that no longer exists."""
+    """No entry for a model that no longer exists, and a table for every Python model."""
     folders = {p.parent.name for p in Path(repository.TEMPLATES).glob("*/config*.pbtxt")}
     assert set(STAGES) <= folders, set(STAGES) - folders
+    python = {Path(name).parent.name for name in PYTHON_TEMPLATES}
+    assert python - {"mm_process"} == set(STAGES), python ^ set(STAGES)
 
 
 def test_every_ensemble_map_joins_tensors_of_one_type(rendered):
