@@ -20,7 +20,7 @@ It recognises only what it can prove equal; anything else (another role or key, 
 not exactly a ``str``, a content list, tools, documents, a ``tool_choice`` other than "none" or
 null) returns None and takes the full path, which alone words refusals. Exact types matter:
 pydantic turns a ``str`` subclass in ``content`` into a lazy iterator of parts, for one.
-``tests/unit/test_chat_fast_path.py`` holds it equal to the full path on every committed chat and
+``tests/unit/test_lane_equivalence.py`` holds it equal to the full path on every committed chat and
 by a property test near the boundary.
 """
 

@@ -224,7 +224,7 @@ def plain_message(msg: Any, fmt: str) -> dict[str, Any] | None:
     """What ``parse_message`` returns for a plain message (a ``dict`` of exactly-``str`` ``role``
     and ``content``, and maybe ``name``: most of any chat), built in one step; None for anything
     else. Per message, the general parse costs about four times as much for the same result
-    (``tests/unit/test_chat_fast_path.py`` holds the two equal)."""
+    (``tests/unit/test_lane_equivalence.py`` holds the two equal)."""
     fields = plain_fields(msg)
     if fields is None or fields[0] not in _PLAIN_ROLES:
         return None

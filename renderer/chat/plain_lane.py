@@ -12,7 +12,7 @@ what the parse would (``plain_conversation``), and the compiled template's rende
 
 A chat the lane does not take (any other role, key or type, tools, a ``chat_params`` bag, a
 template that needs the "openai" content format or renders in Jinja), or whose render minijinja
-declines, takes the full path. ``tests/unit/test_plain_lane.py`` holds the lane equal to the full
+declines, takes the full path. ``tests/unit/test_lane_equivalence.py`` holds the lane equal to the full
 path on every recorded chat and on generated chats near its boundary.
 """
 

@@ -1,5 +1,5 @@
 """Chats vLLM refuses (with its messages), hostile chats it renders, and transformers' own rendering: shared
-by the in-process chat tests (``tests/unit/test_chat_unit.py``) and the live ones
+by the in-process chat tests (``tests/unit/test_chat_*.py``) and the live ones
 (``tests/live/test_render_chat_live.py``).
 """
 
@@ -30,7 +30,7 @@ from renderer.errors import (
 
 
 # (case id, template) pairs vLLM itself refuses (tests/fixtures/vllm/chat.json): no rendering to
-# compare with transformers; tests/unit/test_chat_normalize.py checks the refusal.
+# compare with transformers; tests/unit/test_chat_templates.py checks the refusal.
 HI = [{"role": "user", "content": "Hi"}]
 
 VLLM_REFUSED = {
@@ -40,7 +40,7 @@ VLLM_REFUSED = {
 }
 
 # (messages, error type, the start of vLLM's message); the whole messages are in
-# tests/fixtures/vllm/chat.json and checked by tests/unit/test_chat_normalize.py.
+# tests/fixtures/vllm/chat.json and checked by tests/unit/test_chat_templates.py.
 BAD_MESSAGES = [
     ([], InvalidMessagesError, "Cannot apply chat template to an empty conversation. Provide at least one message."),
     (

@@ -1,44 +1,118 @@
-"""Hostile input that must be a named 400 and never a 500, a crash or gigabytes (issue 18):
-nesting depth limits on every request field, templates that fail to parse or compile, the
-in-process sandbox's bounds on calls, filters, bytes, block assignments, widths taken from
-arguments and ``sum``, sizes checked before a value is built, and memory that returns after a
-refusal. Unit tests: no server (the live twin is tests/live/test_stub_crash_cleanup_live.py)."""
+"""Hostile templates, the model's or a request's: refused quickly with a named 400 and never a
+500, a crash or gigabytes. The in-process sandbox's bounds on time, output, calls, filters, bytes,
+block assignments, widths taken from arguments and ``sum``; sizes checked before a value is
+built; templates that fail to parse or compile; memory that returns after a refusal; and the
+guards never changing what a template renders. Unit tests: no server (the live twin is
+tests/live/test_stub_crash_cleanup_live.py; the worker that renders a request's template is
+tests/unit/test_template_worker.py)."""
 
 from __future__ import annotations
 
 import gc
-import json
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
+from chat_rules import HI, HOSTILE
 
-from renderer.chat import ChatParams, ChatRenderer, ChatTemplateSource, TemplateLimits
+from renderer.chat import ChatParams, ChatRenderer, ChatTemplateSource, TemplateLimits, compile_template
 from renderer.chat.apply import template_variables
-from renderer.chat.sandbox import ENV, compile_error, compile_template, parse_template
+from renderer.chat.sandbox import ENV, compile_error, parse_template
 from renderer.chat_stage import ChatStage
 from renderer.errors import (
     ChatTemplateLimitError,
     ChatTemplateLiteralError,
     ChatTemplateNestingError,
     ChatTemplateSecurityError,
-    ParamsNestingError,
     RenderError,
-    RequestNestingError,
 )
-from renderer.params import TokenizeParams
-from renderer.json_fields import MAX_NESTING_DEPTH, json_text_depth, nesting_depth, parse_json
-
-HI = [{"role": "user", "content": "hi"}]
-LIMIT_MESSAGE = f"is nested more than {MAX_NESTING_DEPTH} levels deep"
 
 
-def nested(levels: int, leaf: object = "x") -> object:
-    """``levels`` objects inside each other around ``leaf``."""
-    value = leaf
-    for _ in range(levels):
-        value = {"a": value}
-    return value
+BUILD = Path(__file__).resolve().parents[2] / "build"
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dirs(model_dir) -> dict[str, Path]:
+    from model_builders.reference_tokenizers import build
+
+    return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
+
+
+@pytest.fixture(scope="session")
+def renderers(tokenizer_dirs) -> dict[str, ChatRenderer]:
+    # Trusted: many cases send their own template (tests/unit/test_chat_templates.py covers the refusal).
+    return {
+        name: ChatRenderer.from_model_dir(d, trust_request_chat_template=True) for name, d in tokenizer_dirs.items()
+    }
+
+
+@pytest.fixture(scope="session")
+def smol(renderers) -> ChatRenderer:
+    return renderers["smollm2"]
+
+
+@pytest.mark.parametrize("template,error,message", HOSTILE, ids=[t[:60] for t, _, _ in HOSTILE])
+def test_hostile_templates_refused_quickly(template, error, message, smol):
+    start = time.monotonic()
+    with pytest.raises(error) as e:
+        smol.render_messages(HI, ChatParams(chat_template=template))
+    # A hang guard, not a speed test: the limits fire long before this.
+    assert time.monotonic() - start < 30.0
+    if message is not None:
+        assert message in str(e.value)
+
+
+def test_unsafe_attributes_render_as_nothing(smol):
+    # Printing a refused attribute yields an empty undefined (Jinja's sandbox); using it raises.
+    for template in ("{{ messages.__class__ }}", "{{ dict.__init__ }}", "{{ raise_exception.__globals__ }}"):
+        assert smol.render_messages(HI, ChatParams(chat_template=template)).prompt == ""
+
+
+def test_time_limit():
+    renderer = ChatRenderer(
+        ChatTemplateSource(),
+        limits=TemplateLimits(max_seconds=0.05, max_loop_iterations=10**9),
+        trust_request_chat_template=True,
+    )
+    template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    start = time.monotonic()
+    with pytest.raises(ChatTemplateLimitError, match="took longer than 0.05 seconds"):
+        renderer.render_messages(HI, ChatParams(chat_template=template))
+    assert time.monotonic() - start < 1.0
+
+
+def test_configurable_output_limit():
+    renderer = ChatRenderer(
+        ChatTemplateSource(), limits=TemplateLimits(max_output_chars=10), trust_request_chat_template=True
+    )
+    assert renderer.render_messages(HI, ChatParams(chat_template="{{ 'x' * 10 }}")).prompt == "x" * 10
+    with pytest.raises(ChatTemplateLimitError, match="Rendered chat template exceeds 10 characters."):
+        renderer.render_messages(HI, ChatParams(chat_template="{{ 'abcdef' }}{{ 'ghijkl' }}"))
+
+
+def test_guards_do_not_change_output(smol):
+    template = (
+        "{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ '!' if loop.last }}"
+        "{{ m.role ~ ':' ~ m.content }}{% else %}none{% endfor %}"
+        "{% for i in range(3) if i != 1 %}{{ i }}{% endfor %}{% for k in {'a': 1} %}{{ k }}{% endfor %}"
+        "{% for x in undefined_thing %}{% else %}E{% endfor %}{{ 'ab' * 2 }}{{ [1] + [2] }}{{ '%03d' % 7 }}"
+        "{% for a, b in [(1, 2)] %}{{ a + b }}{% endfor %}{{ {'b': 1, 'a': 'é'} | tojson(sort_keys=true) }}"
+        "{% generation %}G{% endgeneration %}{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}"
+        "{% for n in [{'v': 1, 'c': [{'v': 2, 'c': []}]}] recursive %}{{ n.v }}{{ loop(n.c) }}{% endfor %}"
+        "{{ [1, 2] | tojson(indent=2) }}{{ 'a,b' ~ 3 }}{{ 'x'.center(5) }}{{ 'a-b'.replace('-', '+') }}"
+    )
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    expected = _compile_jinja_template(template).render(messages=msgs)
+    assert (
+        smol.render_messages(msgs, ChatParams(chat_template=template, add_generation_prompt=False)).prompt == expected
+    )
+    assert expected.startswith("1/2user:hi2/2!assistant:yo02aE")
+
+
+LOWER_HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
@@ -51,149 +125,13 @@ def render(template: str, **limits: float) -> str:
     """Render ``template`` as a model's own template: in process, in the sandbox (a request's
     template renders in a worker process, tested with it)."""
     renderer = ChatRenderer(ChatTemplateSource(tokenizer_template=template), limits=TemplateLimits(**limits))
-    return renderer.render_messages(HI, ChatParams(add_generation_prompt=False)).prompt
-
-
-# --- nesting depth: the default path (model's template, no request template) --------------------
-
-
-def deep_requests(levels: int) -> dict[str, tuple[list, dict | None]]:
-    """(messages, chat_params) with one field nested ``levels`` deep inside the request."""
-    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": _dumps(nested(levels))}}
-    tool = {"type": "function", "function": {"name": "f", "parameters": nested(levels)}}
-    return {
-        "tools": (HI, {"tools": [tool], "tool_choice": "none"}),  # vLLM refuses its default "auto" by default
-        "documents": (HI, {"documents": [nested(levels)]}),
-        "tool_call_arguments": (
-            [*HI, {"role": "assistant", "content": "x", "tool_calls": [call]}],
-            {"continue_final_message": True, "add_generation_prompt": False},  # deep-copies the chat
-        ),
-        "chat_template_kwargs_tools": (HI, {"chat_template_kwargs": {"tools": [nested(levels)]}}),
-        "chat_template_kwargs_documents": (HI, {"chat_template_kwargs": {"documents": [nested(levels)]}}),
-        "content_part": ([{"role": "user", "content": [{"type": "text", "text": "hi", "x": nested(levels)}]}], None),
-        "message_key": ([{"role": "user", "content": "hi", "x": nested(levels)}], None),
-    }
-
-
-DEEP_FIELDS = {
-    "tools": (ParamsNestingError, "chat_params.tools"),
-    "documents": (ParamsNestingError, "chat_params.documents"),
-    "tool_call_arguments": (RequestNestingError, "messages[1].tool_calls[0].function.arguments"),
-    "chat_template_kwargs_tools": (ParamsNestingError, "chat_params.chat_template_kwargs"),
-    "chat_template_kwargs_documents": (ParamsNestingError, "chat_params.chat_template_kwargs"),
-    "content_part": (RequestNestingError, "messages"),
-    "message_key": (RequestNestingError, "messages"),
-}
-
-
-@pytest.mark.parametrize("field", list(DEEP_FIELDS))
-def test_deep_fields_are_named_400s_on_the_default_path(field, stage):
-    """Just past the limit (the issue's case was 600 deep: tools, documents and arguments reached
-    copy.deepcopy outside the render guard, a RecursionError and a 500) and 100,000 deep: a named
-    error naming the field. ``messages`` as its tensor's text, ``chat_params`` as a parsed bag (the bag's tensor
-    has its own check, below)."""
-    error, name = DEEP_FIELDS[field]
-    for levels in (MAX_NESTING_DEPTH + 1, 100_000):
-        messages, bag = deep_requests(levels)[field]
-        with pytest.raises(error) as e:
-            stage.render(_dumps(messages), bag)
-        assert str(e.value).startswith(f"{name} {LIMIT_MESSAGE}")
-        if field != "tool_call_arguments" and bag is not None:  # the bag as its tensor: refused by its parse
-            with pytest.raises(ParamsNestingError, match=f"^chat_params {LIMIT_MESSAGE}"):
-                parse_json(_dumps(bag), "chat_params")
-
-
-@pytest.mark.parametrize("field", [f for f in DEEP_FIELDS if f != "documents"])  # documents: strings
-def test_depth_at_the_limit_renders(field, stage):
-    """A depth within the limit renders (vLLM accepts these: its request models take any depth,
-    its body parse a body 963 deep), copies and all; the issue's 600 among them."""
-    assert MAX_NESTING_DEPTH >= 963  # vLLM 0.32's deepest accepted body (measured with its render app)
-    for levels in (600, MAX_NESTING_DEPTH - 10):
-        messages, bag = deep_requests(levels)[field]
-        assert stage.render(_dumps(messages), bag).rendered.prompt
-
-
-def test_in_process_callers_get_the_same_limits(stage):
-    from renderer.chat.request import validate_chat_request
-
-    with pytest.raises(RequestNestingError, match=rf"^tools is nested more than {MAX_NESTING_DEPTH}"):
-        validate_chat_request(HI, [nested(MAX_NESTING_DEPTH + 1)])
-    with pytest.raises(RequestNestingError, match=rf"^documents is nested more than {MAX_NESTING_DEPTH}"):
-        validate_chat_request(HI, None, [nested(MAX_NESTING_DEPTH + 1)])
-    with pytest.raises(RequestNestingError, match=rf"^messages\[0\] is nested more than {MAX_NESTING_DEPTH}"):
-        validate_chat_request([{"role": "user", "content": "x", "y": nested(MAX_NESTING_DEPTH)}])
-    for field in ("chat_template_kwargs", "media_io_kwargs", "mm_processor_kwargs"):
-        with pytest.raises(ParamsNestingError, match=rf"^chat_params\.{field} is nested more than {MAX_NESTING_DEPTH}"):
-            ChatParams.from_request({field: nested(MAX_NESTING_DEPTH)})
-
-
-@pytest.mark.parametrize("name", ["messages", "chat_params", "tokenize_params", "sampling_params"])
-def test_json_tensors_refuse_deep_nesting(name):
-    """The tensors' own parse: json.loads of 100,000 brackets raises RecursionError; the limit + 1 levels
-    parse (past the limit) but are refused before anything walks them recursively."""
-    error = RequestNestingError if name == "messages" else ParamsNestingError
-    message = f"{name} {LIMIT_MESSAGE}"
-    for text in ("[" * 100_000 + "]" * 100_000, '{"a": ' * 100_000 + "1" + "}" * 100_000):
-        with pytest.raises(error, match=message):
-            parse_json(text, name)
-    with pytest.raises(error, match=message):
-        parse_json("[" * (MAX_NESTING_DEPTH + 1) + "]" * (MAX_NESTING_DEPTH + 1), name)
-    assert parse_json("[" * MAX_NESTING_DEPTH + "]" * MAX_NESTING_DEPTH, name)
-    # Brackets inside strings are text, not nesting.
-    assert parse_json(json.dumps(["[" * 100_000]), name) == ["[" * 100_000]
-
-
-def test_completion_params_refuse_deep_nesting():
-    # A type error's message repr()s the value: 100,000 deep would be a RecursionError there.
-    with pytest.raises(ParamsNestingError, match=f"^tokenize_params {LIMIT_MESSAGE}"):
-        TokenizeParams(max_total_tokens=10).with_request({"truncate_prompt_tokens": nested(100_000)}, max_model_len=10)
-
-
-def test_depth_walks_are_iterative_and_exact():
-    assert nesting_depth(nested(100_000), 1000) == 1001
-    assert nesting_depth(nested(5), 6) is None and nesting_depth(nested(6), 5) == 6
-    assert nesting_depth([[], [[[]]]], 3) == 4 and nesting_depth([[], [[[]]]], 4) is None
-    assert json_text_depth("[" * 10 + '"]]]]"' + "]" * 10, 10) is None
-    assert json_text_depth('{"a": "\\"[[[["}', 1) is None
-    assert json_text_depth("[[[", 2) == 3
-
-
-def _dumps(value: object) -> str:
-    # json.dumps recurses: deeper than its limit, build the text by hand.
-    return json.dumps(value) if nesting_depth(value, 200) is None else _dumps_deep(value)
-
-
-def _dumps_deep(value: object) -> str:
-    out: list[str] = []
-    stack: list[object] = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, _Raw):
-            out.append(v.text)
-        elif isinstance(v, dict):
-            stack.append(_Raw("}"))
-            for i, (k, x) in reversed(list(enumerate(v.items()))):
-                stack.append(x)
-                stack.append(_Raw(("," if i else "") + json.dumps(k) + ":"))
-            stack.append(_Raw("{"))
-        elif isinstance(v, list):
-            stack.append(_Raw("]"))
-            for i, x in reversed(list(enumerate(v))):
-                stack.append(x)
-                if i:
-                    stack.append(_Raw(","))
-            stack.append(_Raw("["))
-        else:
-            out.append(json.dumps(v))
-    return "".join(out)
+    return renderer.render_messages(LOWER_HI, ChatParams(add_generation_prompt=False)).prompt
 
 
 class _Raw:
     def __init__(self, text: str) -> None:
         self.text = text
 
-
-# --- templates that fail to parse or compile --------------------------------------------------
 
 COMPILE_CASES = [
     ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", ChatTemplateNestingError, "nested too deeply to parse or compile"),
@@ -236,8 +174,6 @@ def test_out_of_memory_while_compiling_is_named():
     assert isinstance(compile_error(MemoryError()), ChatTemplateNestingError)
     assert "too large or nested too deeply" in str(compile_error(MemoryError()))
 
-
-# --- sandbox bounds -----------------------------------------------------------------------------
 
 SANDBOX_CASES = [
     # widths and precisions from arguments
@@ -324,7 +260,7 @@ def test_guarded_filters_keep_their_results():
     )
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
-    expected = _compile_jinja_template(template).render(messages=HI)
+    expected = _compile_jinja_template(template).render(messages=LOWER_HI)
     assert render(template) == expected
     assert expected.startswith("[1, 2, 3]|(1, 2)|3|[0, 1, 2]|   7|a  |1.50|   x|y  |p-q|")
 
@@ -346,9 +282,6 @@ def test_attribute_checks_are_cached_without_weakening_the_sandbox():
     assert ENV._safe_attributes[(str, "split")] is True
     assert ENV._safe_attributes[(list, "append")] is False
     assert all(kind in (str, dict, list) for kind, _ in ENV._safe_attributes)
-
-
-# --- memory returns -----------------------------------------------------------------------------
 
 
 def test_refused_values_do_not_outlive_the_refusal():
