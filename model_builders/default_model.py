@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from model_builders.publish import exclusive
+
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -24,6 +26,12 @@ def gguf_path() -> Path:
 
 
 def build(out_dir: Path) -> Path:
+    """The model folder at ``out_dir``, converted once (other builders of it wait, then keep it)."""
+    with exclusive(out_dir):
+        return _build(out_dir)
+
+
+def _build(out_dir: Path) -> Path:
     if (out_dir / "config.json").exists() and (out_dir / "tokenizer.json").exists():
         return out_dir  # cached: never redone
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

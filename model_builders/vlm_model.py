@@ -30,6 +30,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from model_builders.publish import exclusive
+
 SEED = 20261203
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # Defaults for the command line and for callers that name no folder; the launcher always passes
@@ -197,11 +199,16 @@ def is_built(out_dir: Path) -> bool:
 
 
 def build(out_dir: Path, tokenizer_dir: Path | None = None, family: str = "qwen2_vl") -> Path:
-    """Write the model folder (idempotent: an existing complete folder is kept as is).
+    """Write the model folder (idempotent: an existing complete folder is kept as is; other
+    builders of it wait, then keep it).
 
     ``tokenizer_dir``: the family's tokenizer folder; None takes the one under ``build/models/tokenizers``.
     """
-    out_dir = Path(out_dir)
+    with exclusive(Path(out_dir)):
+        return _build(Path(out_dir), tokenizer_dir, family)
+
+
+def _build(out_dir: Path, tokenizer_dir: Path | None, family: str) -> Path:
     if is_built(out_dir):
         return out_dir
     if family not in ("qwen2_vl", "pixtral"):

@@ -238,7 +238,7 @@ def trtllm_server(server_settings, two_eos, tmp_path_factory):
     engine = engine_folder(
         tmp_path_factory.mktemp("engine"), two_eos, ROOT / "model_repository" / "llm" / "1" / "model.py"
     )
-    port = int(os.environ.get("TEST_ENGINE_PORT", 18400))
+    port = int(os.environ.get("TEST_ENGINE_PORT", 18450))
     s = replace(
         server_settings,
         openai_port=0,
