@@ -307,7 +307,11 @@ class Supervisor:
             return f.read().decode(errors="replace")
 
     def _bury(self, server: subprocess.Popen, watchdog: subprocess.Popen, graceful: bool) -> None:
-        """End the server, its group and its watchdog; unlink the group's regions."""
+        """End the watchdog, the server and its group; unlink the group's regions."""
+        # The watchdog first: an unloading model's stubs exit, and a watchdog still running took
+        # that for a crash and reloaded the model, which then kept tritonserver up for its whole
+        # exit timeout (seen on every stop that raced it: 10-40 s each).
+        end_process(watchdog)
         if graceful and server.poll() is None:
             server.terminate()  # the Python backend unlinks its regions on a clean exit
             try:
@@ -321,7 +325,6 @@ class Supervisor:
         if server.poll() is None:
             server.kill()
         server.wait()
-        end_process(watchdog)
         removed = clean_regions(self.s.shm_prefix)
         if removed:
             log.info("unlinked %d shared-memory regions of tritonserver (pid %d)", len(removed), server.pid)

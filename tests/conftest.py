@@ -25,39 +25,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# The session server's ports, each from its environment variable (two sessions side by side).
-SESSION_PORT_ENV = {
-    "TEST_HTTP_PORT": 18000,
-    "TEST_GRPC_PORT": 18001,
-    "TEST_METRICS_PORT": 18002,
-    "TEST_OPENAI_PORT": 18003,
-}
 SESSION_BUILD_ENV = ("TEST_BUILD_DIR", str(BUILD / "test-server"))
-# How far each pytest-xdist worker after the first moves what the files share: 18000-19999 become
-# 24000-25999 for gw1, a range no file's fixed port lies in.
-WORKER_PORT_SHIFT = 6000
 
 
-def worker_environment(worker: str, environ: dict[str, str]) -> dict[str, str]:
-    """What the test files share, moved to ports and a folder of ``worker``'s own.
+def _worker_environment() -> dict[str, str]:
+    """``make test`` runs pytest-xdist workers that each take whole files: a worker after the
+    first moves the shared port blocks (``tests/support/ports.py``) and builds its session server
+    in a folder of its own."""
+    from ports import worker_environment
 
-    ``make test`` runs pytest-xdist workers that each take whole files (``--dist loadfile``), so a
-    file's own servers keep the file's ports; but every worker starts its own session server, and
-    two files start the same chat-template servers, so a worker after the first (``gw1``, ...)
-    moves those ports by ``WORKER_PORT_SHIFT`` each and builds in a folder of its own.
-    """
-    from chat_servers import PORT_ENV
-
-    n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    if n == 0:
-        return {}
-    ports = dict(SESSION_PORT_ENV) | dict(PORT_ENV.values())
-    moved = {name: str(int(environ.get(name, default)) + WORKER_PORT_SHIFT * n) for name, default in ports.items()}
-    name, default = SESSION_BUILD_ENV
-    return moved | {name: f"{environ.get(name, default)}-{worker}"}
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    moved = worker_environment(worker, dict(os.environ))
+    if moved:
+        name, default = SESSION_BUILD_ENV
+        moved[name] = f"{os.environ.get(name, default)}-{worker}"
+    return moved
 
 
-os.environ.update(worker_environment(os.environ.get("PYTEST_XDIST_WORKER", ""), dict(os.environ)))
+os.environ.update(_worker_environment())
 
 
 class ServerStartRefusedError(RuntimeError):
@@ -172,12 +157,10 @@ def hf_tokenizer(model_dir):
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def _session_port(name: str) -> int:
-    return int(os.environ.get(name, SESSION_PORT_ENV[name]))
-
-
 @pytest.fixture(scope="session")
 def server_settings(model_dir):
+    from ports import session_port
+
     from launcher.settings import Settings
 
     return replace(
@@ -185,10 +168,10 @@ def server_settings(model_dir):
         model_dir=str(model_dir),
         # Separate folders and ports let two test sessions run side by side.
         build_dir=os.environ.get(*SESSION_BUILD_ENV),
-        http_port=_session_port("TEST_HTTP_PORT"),
-        grpc_port=_session_port("TEST_GRPC_PORT"),
-        metrics_port=_session_port("TEST_METRICS_PORT"),
-        openai_port=_session_port("TEST_OPENAI_PORT"),
+        http_port=session_port(0),
+        grpc_port=session_port(1),
+        metrics_port=session_port(2),
+        openai_port=session_port(3),
         # A longer window than the default makes requests sent together share a batch, which
         # the batch-isolation tests rely on.
         max_queue_delay_us=5000,

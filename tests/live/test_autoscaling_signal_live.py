@@ -14,15 +14,14 @@ as soon as two scrapes hold overloaded requests (idle before them adds no reques
 and it falls only once the overload's requests have left the one-minute window. So the overload
 lasts long enough for a steady reading (~25 s), and the light load a minute and a few scrapes.
 
-Ports: ``TEST_AUTOSCALING_PORT`` (HTTP; gRPC, metrics, the front and Prometheus the next four),
-19150 unless set. Figures: ``build/reports/autoscaling_signal.json`` (docker/k8s/metrics/README.md).
+Ports: the ``autoscaling`` block of ``tests/support/ports.py`` (HTTP; gRPC, metrics, the front and
+Prometheus the next four). Figures: ``build/reports/autoscaling_signal.json`` (docker/k8s/metrics/README.md).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import threading
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ports
 import yaml
 
 from tests.support import prometheus as prom
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.live
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ROOT / "docker" / "k8s" / "metrics"
-PORT = int(os.environ.get("TEST_AUTOSCALING_PORT", 19150))
+PORT = ports.port("autoscaling")
 NAMESPACE = "renderer"
 POD = "triton-renderer-5f7c9d8b6d-x7k2p"
 # A second replica the HPA's selector lists (minReplicas is 2) that Prometheus has no series of

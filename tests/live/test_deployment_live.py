@@ -18,10 +18,13 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import ports
 
 from launcher import cli as launch
 from launcher import server
 from manifests import kustomize, launcher_env, OVERLAYS
+
+PORT = ports.port("deployment")
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,10 +57,10 @@ def container(tmp_path_factory):
     env.update(launcher_env(kustomize(OVERLAYS["cpu"])))
     env.update(
         HOST="127.0.0.1",
-        HTTP_PORT="19000",
-        GRPC_PORT="19001",
-        METRICS_PORT="19002",
-        OPENAI_PORT="19003",
+        HTTP_PORT=str(PORT),
+        GRPC_PORT=str(PORT + 1),
+        METRICS_PORT=str(PORT + 2),
+        OPENAI_PORT=str(PORT + 3),
         MODEL_DIR=str(model_dir),
         MODELS_DIR=str(model_dir.parent),
         BUILD_DIR=str(tmp / "build"),
@@ -103,11 +106,11 @@ def test_entrypoint_supervises_tritonserver_with_the_configmap_settings(containe
     cmdline = Path(f"/proc/{server_pid}/cmdline").read_bytes().split(b"\0")
     # The ConfigMap's ports are the edge's; tritonserver listens behind it on the loopback.
     assert b"--http-address=127.0.0.1" in cmdline and b"--grpc-address=127.0.0.1" in cmdline
-    assert b"--http-port=19000" not in cmdline
+    assert f"--http-port={PORT}".encode() not in cmdline
     from launcher.edge import edge_dir
 
     edge_conf = (edge_dir(settings) / "nginx.conf").read_text()
-    assert f"listen {settings.host}:19000 " in edge_conf and f"listen {settings.host}:19001 http2 " in edge_conf
+    assert f"listen {settings.host}:{PORT} " in edge_conf and f"listen {settings.host}:{PORT + 1} http2 " in edge_conf
     assert f"--model-repository={settings.repository}".encode() in cmdline
     tokenize_cfg = (settings.repository / "tokenize" / "config.pbtxt").read_text()
     assert f"max_batch_size: {settings.max_batch_size}" in tokenize_cfg

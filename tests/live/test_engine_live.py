@@ -8,7 +8,6 @@ it streams) and to the ensembles, with ``tritonclient``.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import threading
 from dataclasses import replace
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 from renderer.engine_tensors import ENGINE_INPUTS, encode_word_list
@@ -238,7 +238,7 @@ def trtllm_server(server_settings, two_eos, tmp_path_factory):
     engine = engine_folder(
         tmp_path_factory.mktemp("engine"), two_eos, ROOT / "model_repository" / "llm" / "1" / "model.py"
     )
-    port = int(os.environ.get("TEST_ENGINE_PORT", 18450))
+    port = ports.port("engine")
     s = replace(
         server_settings,
         openai_port=0,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 from launcher.watchdog import stubs_of
@@ -41,9 +42,9 @@ def fault_server(server_settings, tmp_path_factory):
         openai_port=0,
         build_dir=str(tmp_path_factory.mktemp("faults")),
         models="render_completion,render_chat",
-        http_port=18600,
-        grpc_port=18601,
-        metrics_port=18602,
+        http_port=ports.port("faults"),
+        grpc_port=ports.port("faults") + 1,
+        metrics_port=ports.port("faults") + 2,
         tokenize_instances=1,
         chat_render_instances=2,
     )

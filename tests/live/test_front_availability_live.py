@@ -17,10 +17,11 @@ import signal
 import time
 
 import pytest
+import ports
 
 pytestmark = pytest.mark.live
 
-PORT = int(os.environ.get("TEST_FRONT_AVAILABILITY_PORT", 18200))
+PORT = ports.port("front_availability")
 LONG = 1500  # tokens: tens of seconds of the stand-in engine on these cores
 SMALL = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
 

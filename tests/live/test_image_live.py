@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import ports
 
 from pod import PodSpec, podman, wait_probe
 
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The image the cpu overlay deploys (`make image` builds that tag); IMAGE= runs another build.
 IMAGE = os.environ.get("IMAGE") or PodSpec.cpu_overlay().container["image"]
 # This module's host ports (the container's are the manifest's).
-HOST_PORTS = {"http": 19500, "grpc": 19501, "metrics": 19502, "openai": 19503}
+HOST_PORTS = {name: ports.port("image") + i for i, name in enumerate(("http", "grpc", "metrics", "openai"))}
 REPORT = Path(os.environ.get("IMAGE_TEST_REPORT", ROOT / "build" / "image-test" / "report.json"))
 PROMPT = "Hello from the image"
 

@@ -1,4 +1,5 @@
-"""A real server started and stopped by the launcher leaves no /dev/shm region behind."""
+"""A real server started and stopped by the launcher leaves no /dev/shm region behind, and stops
+within its exit timeout: nothing reloads a model while the server unloads them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from launcher import cli as launch
 
@@ -21,9 +23,9 @@ def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
         launch.Settings(),
         build_dir=str(tmp_path),
         model_dir=str(model_dir),
-        http_port=18100,
-        grpc_port=18101,
-        metrics_port=18102,
+        http_port=ports.port("launcher"),
+        grpc_port=ports.port("launcher") + 1,
+        metrics_port=ports.port("launcher") + 2,
     )
     try:
         assert launch.start(s) == 0
@@ -36,3 +38,7 @@ def test_start_stop_leaves_no_shared_memory(tmp_path, model_dir):
     assert not (mine & set(glob.glob("/dev/shm/triton_python_backend_shm_region_*")))
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     assert not os.path.exists(s.pid_file)
+    # The watchdog ends before the server: a model unloading is not a stub crash to reload, and a
+    # reloaded model would hold tritonserver up until its exit timeout.
+    assert "reloading" not in s.watchdog_log_file.read_text()
+    assert "Exit timeout expired" not in s.log_file.read_text()

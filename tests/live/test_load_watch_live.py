@@ -14,10 +14,11 @@ import time
 from dataclasses import replace
 
 import pytest
+import ports
 
 pytestmark = pytest.mark.live
 
-PORT = int(os.environ.get("TEST_LOAD_WATCH_PORT", 18300))
+PORT = ports.port("load_watch")
 
 
 def test_a_stub_dead_while_loading_fails_the_start_at_once(model_dir, capsys):

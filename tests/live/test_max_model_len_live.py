@@ -6,7 +6,7 @@ over 64 tokens is refused with vLLM's wording on the text path (``tokenize``), o
 resolved, ``max_tokens`` included) and on the encoder-decoder path (``tokenize_enc_dec``; the
 tiny BART's own context is 512). Prompts at the limit pass, so each refusal is the setting's.
 
-Ports: ``TEST_MAX_MODEL_LEN_PORT`` (HTTP; gRPC and metrics the next two), 18700 unless set; the
+Ports: the ``max_model_len`` block of ``tests/support/ports.py`` (HTTP; gRPC and metrics the next two); the
 build folder ``TEST_MAX_MODEL_LEN_BUILD_DIR``, a temporary one unless set.
 """
 
@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 from tests.support.mm_images import data_url, rgb
@@ -50,7 +51,7 @@ def image_chat(url: str, text: str = "What is it?") -> list[dict]:
 def small_server(server_settings, tmp_path_factory):
     from launcher import cli as launch
 
-    port = int(os.environ.get("TEST_MAX_MODEL_LEN_PORT", 18700))
+    port = ports.port("max_model_len")
     build = os.environ.get("TEST_MAX_MODEL_LEN_BUILD_DIR") or str(tmp_path_factory.mktemp("max-model-len"))
     s = replace(
         server_settings,

@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 
 import pytest
+import ports
 
 pytestmark = pytest.mark.live
 
 REQUESTS = int(os.environ.get("MIXED_TRAFFIC_REQUESTS", 400))
-PORT = int(os.environ.get("TEST_MIXED_TRAFFIC_PORT", 18100))
+PORT = ports.port("mixed_traffic")
 
 
 @pytest.fixture(scope="module")

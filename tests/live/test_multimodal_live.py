@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 from tests.support.mm_images import (
@@ -27,7 +28,7 @@ from tests.support.mm_images import (
 # Every test here talks to a real tritonserver.
 pytestmark = pytest.mark.live
 
-PORTS = {"qwen2_vl": 18800, "pixtral": 18900}
+PORTS = {"qwen2_vl": ports.port("multimodal"), "pixtral": ports.port("multimodal") + 100}
 CACHE_BYTES = 5_000_000  # holds the largest image but not the pool: the concurrency test runs under eviction
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient
 
@@ -341,7 +341,7 @@ def vllm_render(model_dir):
 
     srv = PeerServer(
         str(model_dir),
-        port=int(os.environ.get("TEST_VLLM_RENDER_PORT", 18600)),
+        port=ports.port("vllm_render"),
         log=ROOT / "build" / "test-server" / "vllm-render.log",
     )
     srv.start()

@@ -15,13 +15,13 @@ there) and their own chat templates.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 from tests.support.trtllm_engine import engine_folder
@@ -73,7 +73,7 @@ def parsing_server(request, server_settings, tmp_path_factory):
     engine = engine_folder(
         tmp_path_factory.mktemp("scripted"), model_dir, ROOT / "tests" / "support" / "scripted_engine" / "model.py"
     )
-    port = int(os.environ.get("TEST_PARSING_PORT", 19300)) + 10 * list(SERVERS).index(request.param)
+    port = ports.port("parsing") + 10 * list(SERVERS).index(request.param)
     s = replace(
         server_settings,
         model_dir=str(model_dir),

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import ports
 import torch
 
 from client import RendererClient, RequestError
@@ -162,9 +163,9 @@ def embeds_off_server(server_settings, tmp_path_factory):
         enable_prompt_embeds=False,
         models="render_completion",
         build_dir=str(tmp_path_factory.mktemp("embeds-off")),
-        http_port=18200,
-        grpc_port=18201,
-        metrics_port=18202,
+        http_port=ports.port("prompt_embeds"),
+        grpc_port=ports.port("prompt_embeds") + 1,
+        metrics_port=ports.port("prompt_embeds") + 2,
     )
     assert launch.start(s) == 0
     yield s

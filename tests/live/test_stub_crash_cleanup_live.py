@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 from launcher.watchdog import alive, expected_stubs, stubs_of
@@ -60,9 +61,9 @@ def default_server(server_settings):
         openai_port=0,
         build_dir=str(ROOT / "build" / "b-stub-crash"),
         models="render_chat",
-        http_port=22100,
-        grpc_port=22101,
-        metrics_port=22102,
+        http_port=ports.port("stub_crash"),
+        grpc_port=ports.port("stub_crash") + 1,
+        metrics_port=ports.port("stub_crash") + 2,
         tokenize_instances=1,
         chat_render_instances=INSTANCES,
         trust_request_chat_template=False,  # the default: no request template renders
@@ -207,9 +208,9 @@ def chat_server(server_settings):
         openai_port=0,
         build_dir=str(ROOT / "build" / "b-stream-crash"),
         models="chat",
-        http_port=22110,
-        grpc_port=22111,
-        metrics_port=22112,
+        http_port=ports.port("stub_crash") + 10,
+        grpc_port=ports.port("stub_crash") + 11,
+        metrics_port=ports.port("stub_crash") + 12,
         tokenize_instances=1,
     )
     launch.stop(s)

@@ -19,6 +19,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient
 from launcher import cli as launch
@@ -110,7 +111,7 @@ class Load:
 
 
 def test_sigkilled_tritonserver_is_restarted_under_load(tmp_path, model_dir, hf_tokenizer, capsys):
-    s = small_server(tmp_path, model_dir, 18110)
+    s = small_server(tmp_path, model_dir, ports.port("supervisor"))
     assert launch.start(s) == 0, f"see {s.log_file}"
     try:
         before = launch.supervisor_state(s)
@@ -178,7 +179,7 @@ def _stubs_loading(s: launch.Settings) -> bool:
 def test_stop_during_start_up_leaves_nothing(tmp_path, model_dir, moment):
     """`stop` while `start` is still waiting: no server, stub, watchdog, front or region remains."""
     s = replace(
-        small_server(tmp_path, model_dir, 18120, openai_port=18123),
+        small_server(tmp_path, model_dir, ports.port("supervisor") + 10, openai_port=ports.port("supervisor") + 13),
         models="render_completion,render_chat",
         chat_render_instances=2,
     )
@@ -211,7 +212,7 @@ def test_stop_during_start_up_leaves_nothing(tmp_path, model_dir, moment):
 def test_container_entrypoint_supervises_tritonserver(tmp_path, model_dir):
     """docker/entrypoint.sh serve (the container, `make serve`): the launcher stays the entrypoint's
     process and restarts a killed server; the kubelet's SIGTERM then ends everything cleanly."""
-    s = small_server(tmp_path, model_dir, 18130)
+    s = small_server(tmp_path, model_dir, ports.port("supervisor") + 20)
     setting_names = {f.name.upper() for f in fields(launch.Settings)}
     env = {k: v for k, v in os.environ.items() if k not in setting_names}
     env.update(

@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 pytestmark = pytest.mark.live
 
@@ -187,9 +188,9 @@ def plain_engine(server_settings, tmp_path_factory):
         encoder_decoder=False,
         openai_port=0,
         build_dir=str(tmp_path_factory.mktemp("llm-not-decoupled")),
-        http_port=18210,
-        grpc_port=18211,
-        metrics_port=18212,
+        http_port=ports.port("trtllm_clients"),
+        grpc_port=ports.port("trtllm_clients") + 1,
+        metrics_port=ports.port("trtllm_clients") + 2,
     )
     assert launch.start(s) == 0
     yield s

@@ -4,14 +4,14 @@ meanwhile is served in time, no ``chat_render`` stub dies or grows, and no worke
 the server. The worker itself is unit-tested in tests/unit/test_template_worker.py; here the sandbox
 keeps its default bounds, so an attack may be stopped by either (the message says which).
 
-Ports: ``TEST_UNTRUSTED_TEMPLATES_PORT`` (HTTP; gRPC and metrics the next two), 18750 unless set.
+Ports: the ``untrusted_templates`` block of ``tests/support/ports.py`` (HTTP; gRPC and metrics the
+next two).
 ``.venv/bin/python -m pytest tests/live/test_untrusted_templates_live.py -s`` prints the figures quoted
 in docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import threading
@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 from template_attacks import COMPILE_MAX_BYTES, CPU_ATTACKS, NESTED_TUPLE, SLOW_COMPILE
 
 from client import RendererClient, RequestError
@@ -27,7 +28,7 @@ from launcher.watchdog import alive, stubs_of
 
 pytestmark = pytest.mark.live
 
-PORT = int(os.environ.get("TEST_UNTRUSTED_TEMPLATES_PORT", 18750))
+PORT = ports.port("untrusted_templates")
 INSTANCES = 2
 DEADLINE_S = 2.0  # REQUEST_TEMPLATE_TIMEOUT_S's default, which the server runs with
 # Killing and replacing a worker, answering, and the client's own work, on 2 shared busy cores.

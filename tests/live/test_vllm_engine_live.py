@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient, RequestError
 
@@ -125,7 +126,7 @@ def requests_and_answers(model_dir, hf_tokenizer, tmp_path_factory):
 def vllm_server(server_settings, tmp_path_factory):
     from launcher import cli as launch
 
-    port = int(os.environ.get("TEST_VLLM_PORT", 18500))
+    port = ports.port("vllm")
     s = replace(
         server_settings,
         openai_port=0,

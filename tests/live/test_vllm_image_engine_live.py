@@ -20,12 +20,12 @@ import base64
 import http.client
 import io
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ports
 
 from client import RendererClient
 
@@ -45,7 +45,7 @@ pytestmark = [
     pytest.mark.skipif(not FIXTURE.exists(), reason=f"no oracle at {FIXTURE} (record_vllm_image_chat.py)"),
 ]
 
-PORT = int(os.environ.get("TEST_VLLM_IMAGE_PORT", 19400))
+PORT = ports.port("vllm_image")
 
 
 def oracle() -> dict:

@@ -2,15 +2,13 @@
 
 ``start_chat_server`` starts a ``render_chat``-only tritonserver for one template: the Qwen3 and
 Mistral test tokenizers (served as render-only model folders) or the tiny Qwen2-VL model. Each
-template has its own ports, from an environment variable (so two test sessions can run side by
-side) defaulting to the ports the chat tests always used: its HTTP port, then gRPC and metrics
+template has its own port block (``tests/support/ports.py``): its HTTP port, then gRPC and metrics
 on the next two.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -19,18 +17,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
 
-PORT_ENV = {
-    "qwen3": ("TEST_CHAT_QWEN3_PORT", 18300),
-    "mistral": ("TEST_CHAT_MISTRAL_PORT", 18400),
-    "qwen2_vl": ("TEST_CHAT_QWEN2_VL_PORT", 18350),
-    "no_template": ("TEST_CHAT_NO_TEMPLATE_PORT", 18500),
-}
-
 
 def port(name: str) -> int:
     """The HTTP port of ``name``'s server (gRPC and metrics take the next two)."""
-    env, default = PORT_ENV[name]
-    return int(os.environ.get(env, default))
+    from ports import port as block_port
+
+    return block_port(f"chat_{name}")
 
 
 def tokenizer_dirs(model_dir: Path) -> dict[str, Path]:

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -358,3 +359,38 @@ def test_an_engine_folders_own_policy_is_read(tmp_path, policy, decoupled):
     (engine / "config.pbtxt").write_text(f'name: "tensorrt_llm"\nbackend: "tensorrtllm"\n{block}')
     s = replace(launch.Settings(), build_dir=str(tmp_path / "b"), engine_model_dir=str(engine))
     assert repository.engine_decoupled(s) is decoupled
+
+
+# A stand-in for tritonserver that, on SIGTERM, writes whether the watchdog (its argument) still runs.
+SERVER_THAT_CHECKS_THE_WATCHDOG = """
+import os, signal, sys, time
+watchdog, out = int(sys.argv[1]), sys.argv[2]
+def stop(*_):
+    try:
+        os.kill(watchdog, 0)
+        seen = "running"
+    except ProcessLookupError:
+        seen = "gone"
+    open(out, "w").write(seen)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(out + ".ready", "w").write("")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_stop_ends_the_watchdog_before_the_server(tmp_path, monkeypatch):
+    """Stopping unloads every model, so their stubs exit: a watchdog still running would take that
+    for a crash and reload a model, which holds tritonserver up for its whole exit timeout."""
+    monkeypatch.setattr("launcher.processes.SHM_DIR", tmp_path)
+    sup, _ = _fake_supervisor(tmp_path, tmp_path)
+    watchdog = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    seen = tmp_path / "seen"
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_THAT_CHECKS_THE_WATCHDOG)
+    server = subprocess.Popen([sys.executable, str(script), str(watchdog.pid), str(seen)], start_new_session=True)
+    _until(lambda: Path(str(seen) + ".ready").exists())
+    sup._bury(server, watchdog, graceful=True)
+    assert seen.read_text() == "gone", "the watchdog still ran when the server was told to stop"
+    assert server.returncode == 0 and watchdog.returncode is not None
