@@ -1,7 +1,8 @@
 """What tritonserver loads: the model folders built (the default model, the tiny vision-language
 and encoder-decoder models) and ``model_repository/`` rendered into the build folder, every
-``${var}`` of its config templates filled from the ``Settings``, and every Python model's tensors
-(``${tensors}``) written from ``renderer/stage_tensors.py``.
+``${var}`` of its config templates filled from the ``Settings``, every Python model's tensors
+(``${tensors}``) written from ``renderer/stage_tensors.py`` and its parameters (``${parameters}``)
+from ``renderer/stage_params.py``.
 """
 
 from __future__ import annotations
@@ -37,52 +38,72 @@ def mm_instance_kind(s: Settings) -> str:
 
 
 def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
-    from renderer.multimodal.devices import resolve_image_device
-
+    """Every ``${var}`` of the config templates: what the repository's shape takes from the settings
+    (instance counts, batching, the engine's transaction policy, ``mm_process``'s device kind), the
+    family's tensors (``family_vars``), and each stage parameter's text (``parameter_values``) under
+    its value's name, from which ``render_config`` writes the ``${parameters}`` lines."""
     kind = mm_instance_kind(s)
     return {
-        "model_dir": str(s.resolved_model_dir),
-        "tokenizer_record": str(tokenizer_record_dir(s)),
-        "encdec_model_dir": str(s.resolved_encdec_model_dir),
         "tokenize_instances": str(s.resolved_tokenize_instances),
         "chat_render_instances": str(s.resolved_chat_render_instances),
         "llm_instances": str(s.llm_instances),
-        "engine_model": engine_model_name(s),
         "llm_decoupled": "true" if s.llm_decoupled else "false",
-        "engine_decoupled": "true" if engine_decoupled(s) else "false",
-        "vllm_env": str(Path(s.vllm_env).resolve()),
-        "vllm_device": "cuda" if gpu_visible() else "cpu",
-        "vllm_dtype": s.vllm_dtype if s.vllm_dtype != "auto" else ("auto" if gpu_visible() else "float32"),
-        "vllm_kv_cache_gib": str(s.vllm_kv_cache_gib),
-        "project_root": str(ROOT),
         "max_batch_size": str(s.max_batch_size),
         "max_queue_delay_us": str(s.max_queue_delay_us),
         "mm_instance_kind": kind,
         "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
-        "mm_device": resolve_image_device(s.image_device, kind),
-        "image_decode_device": s.image_decode_device,
-        "enable_prompt_embeds": "true" if s.enable_prompt_embeds else "false",
-        "trust_request_chat_template": "true" if s.trust_request_chat_template else "false",
-        "trust_request_mm_kwargs": "true" if s.trust_request_mm_kwargs else "false",
-        "enable_auto_tool_choice": "true" if s.enable_auto_tool_choice else "false",
-        "tool_call_parser": s.tool_call_parser,
-        "reasoning_parser": s.reasoning_parser,
-        "request_template_timeout_s": str(s.request_template_timeout_s),
-        "request_template_memory_mb": str(s.request_template_memory_mb),
-        "request_template_max_bytes": str(s.request_template_max_bytes),
-        "max_model_len": str(s.max_model_len),
-        "tokenizer_backend": s.tokenizer_backend,
-        "chat_template_engine": s.chat_template_engine,
-        "mm_cache_bytes": str(s.mm_cache_bytes),
-        "media_dir": str(Path(s.media_dir).resolve()) if s.media_dir else "",
-        "media_hosts": s.media_hosts,
-        "limit_mm_per_prompt": str(s.limit_mm_per_prompt),
-        "max_image_bytes": str(s.max_image_bytes),
-        "max_image_pixels": str(s.max_image_pixels),
-        "media_fetch_timeout_s": str(s.media_fetch_timeout_s),
-        "image_processor": s.image_processor,
+        **parameter_values(s, family),
         **family_vars(family),
     }
+
+
+def computed_values(s: Settings, family: str | None) -> dict[str, object]:
+    """The stage parameters' values that are no attribute of the settings
+    (``renderer.stage_params.COMPUTED``): worked out from them, the host and the served model."""
+    from renderer.multimodal.devices import resolve_image_device
+
+    return {
+        "tokenizer_record": tokenizer_record_dir(s),
+        "engine_model": engine_model_name(s),
+        "engine_decoupled": engine_decoupled(s),
+        "vllm_device": "cuda" if gpu_visible() else "cpu",
+        "resolved_vllm_dtype": s.vllm_dtype if s.vllm_dtype != "auto" else ("auto" if gpu_visible() else "float32"),
+        "mm_device": resolve_image_device(s.image_device, mm_instance_kind(s)),
+        "family": family or "",
+        "project_root": ROOT,
+    }
+
+
+def parameter_values(s: Settings, family: str | None = None) -> dict[str, str]:
+    """Each stage parameter's text (``renderer/stage_params.py``), by its value's name: a computed
+    value (``computed_values``) or the settings' attribute, written by the entry's ``text``."""
+    from renderer.stage_params import STAGE_PARAMS
+
+    computed = computed_values(s, family)
+    out: dict[str, str] = {}
+    for p in STAGE_PARAMS:
+        if p.literal is None:
+            name = p.value_name
+            out[name] = p.text(computed[name] if name in computed else getattr(s, name))
+    return out
+
+
+def parameter_lines(model: str, variant: str, values: dict[str, str]) -> str | None:
+    """``model``'s ``parameters { ... }`` lines (what its template's ``${parameters}`` becomes) for its
+    ``config.<variant>.pbtxt`` (``""``: ``config.pbtxt``), each ``doc`` as ``#`` lines above it; None
+    for a model that carries none."""
+    from renderer.stage_params import stage_params
+
+    params = stage_params(model, variant)
+    if not params:
+        return None
+    lines: list[str] = []
+    for p in params:
+        for paragraph in p.doc.splitlines():
+            lines += textwrap.wrap(paragraph, _COMMENT_WIDTH, initial_indent="# ", subsequent_indent="# ")
+        value = p.literal if p.literal is not None else values[p.value_name]
+        lines.append(f'parameters {{ key: "{p.key}" value: {{ string_value: "{value}" }} }}')
+    return "\n".join(lines)
 
 
 def family_vars(family: str | None) -> dict[str, str]:
@@ -193,15 +214,21 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
 
 def render_config(template: Path, model: str, values: dict[str, str], family: str | None) -> str:
     """One config template filled: ``values`` (``template_vars``) and, for a Python model, its
-    tensors (``tensor_blocks``)."""
+    tensors (``tensor_blocks``) and its parameters (``parameter_lines``)."""
     text = template.read_text()
     tensors = tensor_blocks(model, family)
     if tensors is not None and "${tensors}" not in text:
         # A stage's tensors come from its table only; a template without the placeholder would
         # load with none (or with a hand-written copy that the table no longer governs).
         raise ValueError(f"{template} declares no ${{tensors}}: a Python model's tensors come from its stage table")
+    variant = template.name.removeprefix("config").removesuffix(".pbtxt").removeprefix(".")
+    parameters = parameter_lines(model, variant, values)
+    if parameters is not None and "${parameters}" not in text:
+        raise ValueError(
+            f"{template} declares no ${{parameters}}: a stage's parameters come from renderer/stage_params.py"
+        )
     # substitute() (not safe_substitute) so a misspelt placeholder fails here, loudly.
-    return string.Template(text).substitute({**values, "tensors": tensors or ""})
+    return string.Template(text).substitute({**values, "tensors": tensors or "", "parameters": parameters or ""})
 
 
 # Models that a BLS call reaches, which loading an ensemble does not load by itself.

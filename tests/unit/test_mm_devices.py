@@ -29,6 +29,7 @@ from renderer.chat.messages import MultiModalItem
 from renderer.errors import ImageDecodeError, ImageDecoderUnavailableError, ImageDeviceError
 from renderer.multimodal import MediaLimits, MultiModalProcessor, devices
 from renderer.multimodal.media import LoadedImage, decode_image
+from renderer.stage_params import stage_params
 from tests.support.mm_images import PARITY_IMAGES, data_url, jpeg, png
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_image_device_refusals_name_the_setting() -> None:
 
 
 def test_settings_reach_the_stage_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings -> template_vars -> mm_process's config parameters -> ``from_config``."""
+    """Settings -> template_vars -> mm_process's config parameters (renderer/stage_params.py) -> ``from_config``."""
     monkeypatch.setattr(repository, "gpu_visible", lambda: False)
     v = repository.template_vars(Settings())
     assert (v["mm_instance_kind"], v["mm_device"], v["image_decode_device"]) == ("KIND_CPU", "cpu", "cpu")
@@ -108,9 +109,8 @@ def test_settings_reach_the_stage_config(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(SystemExit, match=r"IMAGE_DEVICE=cuda needs mm_process on the GPU"):
         repository.check_image_devices(Settings(image_device="cuda"))
     repository.check_image_devices(Settings())
-    text = (ROOT / "model_repository" / "mm_process" / "config.multimodal.pbtxt").read_text()
-    assert '"device" value: { string_value: "${mm_device}" }' in text
-    assert '"decode_device" value: { string_value: "${image_decode_device}" }' in text
+    carried = {p.key: p.value_name for p in stage_params("mm_process", "multimodal")}
+    assert (carried["device"], carried["decode_device"]) == ("mm_device", "image_decode_device")
 
 
 def test_from_config_reads_the_device_parameters(dirs: dict[str, Path]) -> None:
