@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import errors
+from .. import stage_params as sp
 from ..errors import (
     ChatTemplateLimitError,
     ChatTemplateResourceError,
@@ -126,9 +127,9 @@ class RequestTemplateLimits:
         absent or empty parameter keeps its default."""
 
         return cls(
-            timeout_s=config_number(params, "request_template_timeout_s", float, DEFAULT_TIMEOUT_S),
-            memory_mb=config_number(params, "request_template_memory_mb", int, DEFAULT_MEMORY_MB),
-            max_bytes=config_number(params, "request_template_max_bytes", int, DEFAULT_MAX_BYTES),
+            timeout_s=config_number(params, sp.REQUEST_TEMPLATE_TIMEOUT_S, float, DEFAULT_TIMEOUT_S),
+            memory_mb=config_number(params, sp.REQUEST_TEMPLATE_MEMORY_MB, int, DEFAULT_MEMORY_MB),
+            max_bytes=config_number(params, sp.REQUEST_TEMPLATE_MAX_BYTES, int, DEFAULT_MAX_BYTES),
         )
 
     @property

@@ -17,15 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import stage_params as sp
 from ..errors import (
-    AutoToolChoiceWithoutParserError,
-    UnknownReasoningParserError,
-    UnknownToolParserError,
     AutoToolChoiceDisabledError,
+    AutoToolChoiceWithoutParserError,
     InvalidToolChoiceError,
     ToolChoiceWithoutToolsError,
     ToolParserRequiredError,
+    UnknownReasoningParserError,
     UnknownToolChoiceError,
+    UnknownToolParserError,
 )
 from ..flags import parse_flag
 from ..output_parsers.request import OutputParsing, output_parsing_for
@@ -135,9 +136,9 @@ class ToolChoicePolicy:
     def from_config(cls, params: Mapping[str, str]) -> "ToolChoicePolicy":
         """From a model config's ``parameters`` (absent ones take the defaults)."""
         return cls(
-            enable_auto_tool_choice=parse_flag(params.get("enable_auto_tool_choice") or "false"),
-            tool_call_parser=params.get("tool_call_parser") or "",
-            reasoning_parser=params.get("reasoning_parser") or "",
+            enable_auto_tool_choice=parse_flag(params.get(sp.ENABLE_AUTO_TOOL_CHOICE) or "false"),
+            tool_call_parser=params.get(sp.TOOL_CALL_PARSER) or "",
+            reasoning_parser=params.get(sp.REASONING_PARSER) or "",
         )
 
     def check_vocabulary(self, vocab: Mapping[str, int]) -> None:

@@ -41,6 +41,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from .. import stage_params as sp
 from ..errors import (
     ImageDecodeError,
     ImageDecoderUnavailableError,
@@ -92,12 +93,12 @@ class MediaLimits:
         absent or empty parameter keeps its default."""
 
         return cls(
-            max_bytes=config_number(params, "max_image_bytes", int, DEFAULT_MAX_BYTES),
-            max_pixels=config_number(params, "max_image_pixels", int, DEFAULT_MAX_PIXELS),
-            max_items={"image": config_number(params, "limit_mm_per_prompt", int, DEFAULT_MAX_ITEMS_PER_PROMPT)},
-            allowed_local_dir=params.get("media_dir") or None,
-            allowed_hosts=tuple(h.strip() for h in params.get("media_hosts", "").split(",") if h.strip()),
-            fetch_timeout_s=config_number(params, "media_fetch_timeout_s", float, DEFAULT_FETCH_TIMEOUT_S),
+            max_bytes=config_number(params, sp.MAX_IMAGE_BYTES, int, DEFAULT_MAX_BYTES),
+            max_pixels=config_number(params, sp.MAX_IMAGE_PIXELS, int, DEFAULT_MAX_PIXELS),
+            max_items={"image": config_number(params, sp.LIMIT_MM_PER_PROMPT, int, DEFAULT_MAX_ITEMS_PER_PROMPT)},
+            allowed_local_dir=params.get(sp.MEDIA_DIR) or None,
+            allowed_hosts=tuple(h.strip() for h in params.get(sp.MEDIA_HOSTS, "").split(",") if h.strip()),
+            fetch_timeout_s=config_number(params, sp.MEDIA_FETCH_TIMEOUT_S, float, DEFAULT_FETCH_TIMEOUT_S),
         )
 
     def limit_for(self, modality: str) -> int:

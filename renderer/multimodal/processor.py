@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .. import stage_params as sp
 from ..chat.messages import MultiModalItem
 from ..errors import (
     MultiModalCacheMissError,
@@ -172,12 +173,12 @@ class MultiModalProcessor:
         ``device`` is ``IMAGE_DEVICE`` resolved, ``decode_device`` ``IMAGE_DECODE_DEVICE``); an
         absent or empty parameter keeps its default."""
         return cls.from_model_dir(
-            params["model_dir"],
+            params[sp.MODEL_DIR],
             limits=MediaLimits.from_config(params),
-            cache_bytes=config_number(params, "cache_bytes", int, DEFAULT_CACHE_BYTES),
-            device=params.get("device") or "cpu",
-            image_processor=params.get("image_processor") or DEFAULT_IMAGE_PROCESSOR,
-            decode_device=params.get("decode_device") or DEFAULT_IMAGE_DECODE_DEVICE,
+            cache_bytes=config_number(params, sp.CACHE_BYTES, int, DEFAULT_CACHE_BYTES),
+            device=params.get(sp.DEVICE) or "cpu",
+            image_processor=params.get(sp.IMAGE_PROCESSOR) or DEFAULT_IMAGE_PROCESSOR,
+            decode_device=params.get(sp.DECODE_DEVICE) or DEFAULT_IMAGE_DECODE_DEVICE,
         )
 
     # --- what other stages need to know ---------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from renderer import stage_params as sp
 from renderer.chat.template_worker import RequestTemplateLimits
 from renderer.chat.tool_choice import ToolChoicePolicy
 from renderer.chat_stage import ChatStage
@@ -26,14 +27,14 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         params = io.model_params(args)
         self.stage = ChatStage.from_model_dir(
-            params["model_dir"],
+            params[sp.MODEL_DIR],
             media_limits=MediaLimits.from_config(params),
-            tokenizer_record=params.get("tokenizer_record") or None,
-            trust_request_chat_template=io.flag(params, "trust_request_chat_template"),
-            trust_request_mm_kwargs=io.flag(params, "trust_request_mm_kwargs"),
+            tokenizer_record=params.get(sp.TOKENIZER_RECORD) or None,
+            trust_request_chat_template=io.flag(params, sp.TRUST_REQUEST_CHAT_TEMPLATE),
+            trust_request_mm_kwargs=io.flag(params, sp.TRUST_REQUEST_MM_KWARGS),
             request_template_limits=RequestTemplateLimits.from_config(params),
             tool_choice_policy=ToolChoicePolicy.from_config(params),
-            template_engine=params.get("chat_template_engine") or "auto",
+            template_engine=params.get(sp.CHAT_TEMPLATE_ENGINE) or "auto",
         )
         # Compiles the model's template, and starts the request-template worker when trusted.
         self.stage.warmup()

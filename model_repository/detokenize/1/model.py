@@ -46,6 +46,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer import batch_rows
+from renderer import stage_params as sp
 from renderer.detokenizer import IncrementalDetokenizer
 from renderer.engine_tensors import ENGINE_IMAGE_INPUTS, FORWARDED, prompt_table_tensors
 from renderer.errors import BatchRowError, EngineError, EngineFaultError, RenderError
@@ -73,14 +74,14 @@ class TritonPythonModel:
         self.name = config["name"]
         # detokenize_enc_dec shares this adapter and declares no parsed_output.
         self.parses = any(o["name"] == "parsed_output" for o in config.get("output", []))
-        self.engine = params["engine_model"]
+        self.engine = params[sp.ENGINE_MODEL]
         # TensorRT-LLM's engine deployed without decoupled mode takes no streamed request: it is
         # asked for everything in one response (the client still gets its pieces from here).
-        self.engine_decoupled = io.flag(params, "engine_decoupled", True)
-        self.encoder_decoder = io.flag(params, "encoder_decoder")
-        self.tokenizer = Tokenizer.from_pretrained(params["model_dir"], record=params.get("tokenizer_record") or None)
+        self.engine_decoupled = io.flag(params, sp.ENGINE_DECOUPLED, True)
+        self.encoder_decoder = io.flag(params, sp.ENCODER_DECODER)
+        self.tokenizer = Tokenizer.from_pretrained(params[sp.MODEL_DIR], record=params.get(sp.TOKENIZER_RECORD) or None)
         pb_utils.Logger.log_info(f"{self.name}: tokenizer: {self.tokenizer.source}")
-        self.vocab_size = ModelInfo.from_model_dir(params["model_dir"]).vocab_size
+        self.vocab_size = ModelInfo.from_model_dir(params[sp.MODEL_DIR]).vocab_size
         # Tool calls and reasoning read from a chat's text, as chat_render's output_parsing says.
         self.answers = AnswerParser(self.tokenizer.hf.get_vocab())
         self._running: dict[str, EngineStop] = {}  # client request id -> its generation's stop

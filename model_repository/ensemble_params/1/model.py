@@ -8,6 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from renderer import batch_rows
+from renderer import stage_params as sp
 from renderer.engine_tensors import CHAINED_INPUTS, GenerationResolver, Getter
 from renderer.trtllm_front import parse_front_request
 from triton_io import tensors as io
@@ -19,7 +20,7 @@ OUT = io.StageOutputs("ensemble_params")
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        self.resolver = GenerationResolver.from_model_dir(p["model_dir"], p.get("tokenizer_record") or None)
+        self.resolver = GenerationResolver.from_model_dir(p[sp.MODEL_DIR], p.get(sp.TOKENIZER_RECORD) or None)
         io.return_freed_memory()
 
     def _row(self, get: Getter) -> dict[str, np.ndarray]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
+from renderer import stage_params as sp
 from renderer.engine_tensors import CHAINED_INPUTS, GenerationResolver
 from renderer.generation_stage import GenerationRequest
 from triton_io import tensors as io
@@ -18,7 +19,7 @@ OUT = io.StageOutputs("generation_params")
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
-        self.resolver = GenerationResolver.from_model_dir(p["model_dir"], p.get("tokenizer_record") or None)
+        self.resolver = GenerationResolver.from_model_dir(p[sp.MODEL_DIR], p.get(sp.TOKENIZER_RECORD) or None)
         io.return_freed_memory()
 
     def _one(self, request: Any) -> Any:

@@ -30,6 +30,7 @@ import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs
 from engines.standin import Generator
+from renderer import stage_params as sp
 from triton_io import tensors as io
 from triton_io.outbox import ResponseOutbox
 
@@ -44,7 +45,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.name = config["name"]
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-        self.generator = Generator(io.model_params(args)["model_dir"])
+        self.generator = Generator(io.model_params(args)[sp.MODEL_DIR])
         self._queue: queue.Queue = queue.Queue()
         self._running: dict[str, threading.Event] = {}
         self._lock = threading.Lock()

@@ -37,6 +37,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from engines import trtllm_inputs, vllm_images
+from renderer import stage_params as sp
 from renderer.engine_tensors import ENGINE_OUTPUTS
 from renderer.errors import RenderError, UnsupportedInputError
 from renderer.multimodal.tensors import identifiers_from_array
@@ -65,9 +66,9 @@ class VllmEngineModel:
         cfg = json.loads(args["model_config"])
         self.name = cfg["name"]
         params = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
-        if params.get("device", "cpu") == "cpu":
+        if params.get(sp.DEVICE, "cpu") == "cpu":
             os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", params.get("kv_cache_gib", "1"))
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", params.get(sp.KV_CACHE_GIB, "1"))
         import torch
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.inputs.engine import embeds_input, tokens_input
@@ -77,14 +78,14 @@ class VllmEngineModel:
         self._torch = torch
         self._tokens_input, self._embeds_input = tokens_input, embeds_input
         self._SamplingParams, self._DELTA = SamplingParams, RequestOutputKind.DELTA
-        self.family = params.get("family", "")
-        images = vllm_images.engine_args(self.family, int(params["limit_mm_per_prompt"])) if self.family else {}
+        self.family = params.get(sp.FAMILY, "")
+        images = vllm_images.engine_args(self.family, int(params[sp.LIMIT_MM_PER_PROMPT])) if self.family else {}
         engine_args = AsyncEngineArgs(
-            model=params["model_dir"],
-            dtype=params.get("dtype") or "auto",
-            max_model_len=int(params["max_model_len"]) if params.get("max_model_len", "0") != "0" else None,
-            enforce_eager=params.get("device", "cpu") == "cpu",
-            enable_prompt_embeds=params.get("enable_prompt_embeds", "false") == "true",
+            model=params[sp.MODEL_DIR],
+            dtype=params.get(sp.DTYPE) or "auto",
+            max_model_len=int(params[sp.MAX_MODEL_LEN]) if params.get(sp.MAX_MODEL_LEN, "0") != "0" else None,
+            enforce_eager=params.get(sp.DEVICE, "cpu") == "cpu",
+            enable_prompt_embeds=params.get(sp.ENABLE_PROMPT_EMBEDS, "false") == "true",
             disable_log_stats=True,
             **images,
         )
@@ -160,7 +161,7 @@ class VllmEngineModel:
 
     def _sampling(self, req: trtllm_inputs.EngineRequest) -> Any:
         one_id = [w[0] for w in req.stop_words if len(w) == 1]
-        sp = self._SamplingParams(
+        sampling = self._SamplingParams(
             max_tokens=req.max_tokens,
             temperature=0.0 if req.greedy else req.temperature,
             top_k=0 if req.greedy else max(req.top_k, 0),
@@ -178,8 +179,8 @@ class VllmEngineModel:
         )
         if req.bad_words:
             # vLLM takes bad words as strings and tokenizes them itself; these are ids already.
-            sp._bad_words_token_ids = [list(w) for w in req.bad_words]
-        return sp
+            sampling._bad_words_token_ids = [list(w) for w in req.bad_words]
+        return sampling
 
     async def _generate(self, request: Any, sender: ResponseOutbox, req: trtllm_inputs.EngineRequest) -> None:
         vllm_id = f"{req.request_id or 'req'}-{next(self._ids)}"

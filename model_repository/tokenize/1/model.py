@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from renderer import Renderer, RendererConfig
-from renderer import batch_rows
+from renderer import Renderer, RendererConfig, batch_rows
+from renderer import stage_params as sp
 from renderer.engine_tensors import read_scalar
 from renderer.errors import RenderError
 from renderer.prompts import completion_prompt
@@ -29,11 +29,11 @@ class TritonPythonModel:
         p = io.model_params(args)
         self.renderer = Renderer.from_config(
             RendererConfig(
-                model_dir=p["model_dir"],
-                max_model_len=int(p.get("max_model_len") or 0),
-                enable_prompt_embeds=io.flag(p, "enable_prompt_embeds"),
-                tokenizer_backend=p.get("tokenizer_backend") or "auto",
-                tokenizer_record=p.get("tokenizer_record") or "",
+                model_dir=p[sp.MODEL_DIR],
+                max_model_len=int(p.get(sp.MAX_MODEL_LEN) or 0),
+                enable_prompt_embeds=io.flag(p, sp.ENABLE_PROMPT_EMBEDS),
+                tokenizer_backend=p.get(sp.TOKENIZER_BACKEND) or "auto",
+                tokenizer_record=p.get(sp.TOKENIZER_RECORD) or "",
             )
         )
         self.renderer.warmup()

@@ -6,6 +6,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
+from renderer import stage_params as sp
 from renderer.encoder_decoder import EncoderDecoderRenderer, encoder_decoder_prompt
 from triton_io import tensors as io
 
@@ -17,9 +18,9 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         p = io.model_params(args)
         self.renderer = EncoderDecoderRenderer.from_model_dir(
-            p["model_dir"],
-            max_model_len=int(p.get("max_model_len") or 0),
-            tokenizer_backend=p.get("tokenizer_backend") or "auto",
+            p[sp.MODEL_DIR],
+            max_model_len=int(p.get(sp.MAX_MODEL_LEN) or 0),
+            tokenizer_backend=p.get(sp.TOKENIZER_BACKEND) or "auto",
         )
         pb_utils.Logger.log_info(f"tokenize_enc_dec: context length {self.renderer.renderer.info.max_model_len}")
 
