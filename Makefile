@@ -61,11 +61,15 @@ status:
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
 # the tests drive (perf_analyzer, genai-perf) and Prometheus are installed first. TEST_WORKERS
-# pytest-xdist workers each take whole files (a file's servers live in one worker; what files
-# share moves to a worker's own ports, tests/conftest.py); TEST_WORKERS=0 runs them in one process.
+# pytest-xdist workers each take whole files (a file's servers live in one worker; each file's
+# ports are its own, tests/support/ports.py); TEST_WORKERS=0 runs them in one process. The tests
+# marked `alone` (latency against a rest baseline) run afterwards, with nothing beside them.
 TEST_WORKERS ?= 2
 test: lint model edge prometheus perf-analyzer genai-perf
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	rc=0; \
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image and not alone" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=$$?; \
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "alone and not image" $(PYTEST_ARGS) || rc=$$?; \
+	exit $$rc
 
 # ruff's lint rules and format check (pyproject.toml); `make format` applies the layout.
 .PHONY: lint format

@@ -83,6 +83,21 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid} ({'marked' if live else 'not marked'} live)")
     if wrong:
         raise MisplacedTestError("tests outside the folder of their kind:\n" + "\n".join(wrong))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.path)).name, len(rank)))  # stable: the rest keep their order
+
+
+# The files that take longest (vLLM's engine started four times, minutes of load driven) go first:
+# pytest-xdist's workers take whole files in collection order, so they then finish together.
+LONGEST_FIRST = (
+    "test_vllm_image_engine_live.py",
+    "test_vllm_engine_live.py",
+    "test_autoscaling_signal_live.py",
+    "test_stub_crash_cleanup_live.py",
+    "test_output_parsing_live.py",
+    "test_genai_perf_live.py",
+    "test_mixed_traffic_live.py",
+)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -20,7 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.live
+# Latency against a rest baseline: measured with no other test file beside it (`make test`).
+pytestmark = [pytest.mark.live, pytest.mark.alone]
 
 ABANDONED = 50
 MAX_TOKENS = 200  # about 14 s each on the stand-in engine: one left running is plain to see

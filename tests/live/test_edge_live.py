@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.live
+# Latency against a rest baseline: measured with no other test file beside it (`make test`).
+pytestmark = [pytest.mark.live, pytest.mark.alone]
 
 PROMPT = "The edge keeps the server up."
 CLIENTS = 4  # oversized requests in flight at once

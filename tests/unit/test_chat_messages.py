@@ -219,16 +219,16 @@ ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
 @pytest.fixture(scope="module")
 def vllm_renderers(model_dir) -> dict[tuple[str, bool], ChatRenderer]:
     """(template name, trusted) -> renderer, for every template the fixture covers."""
-    from model_builders.reference_tokenizers import build
+    from recorded_models import template_dirs
+
     from renderer.chat_stage import ChatStage
 
-    build(ROOT / "build" / "models" / "tokenizers")  # the tokenizer folders the fixture names
     out = {}
-    for name, folder in VLLM_FIXTURE["templates"].items():
-        served = ChatStage.from_model_dir(ROOT / folder).chat  # media rules as the server sets them
+    for name, folder in template_dirs(VLLM_FIXTURE["templates"]).items():
+        served = ChatStage.from_model_dir(folder).chat  # media rules as the server sets them
         for trust in (False, True):
             out[name, trust] = ChatRenderer.from_model_dir(
-                ROOT / folder,
+                folder,
                 image_placeholder=served.image_placeholder,
                 mm_limits=served.mm_limits,
                 trust_request_chat_template=trust,

@@ -296,16 +296,16 @@ ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
 @pytest.fixture(scope="module")
 def vllm_renderers(model_dir) -> dict[tuple[str, bool], ChatRenderer]:
     """(template name, trusted) -> renderer, for every template the fixture covers."""
-    from model_builders.reference_tokenizers import build
+    from recorded_models import template_dirs
+
     from renderer.chat_stage import ChatStage
 
-    build(ROOT / "build" / "models" / "tokenizers")  # the tokenizer folders the fixture names
     out = {}
-    for name, folder in VLLM_FIXTURE["templates"].items():
-        served = ChatStage.from_model_dir(ROOT / folder).chat  # media rules as the server sets them
+    for name, folder in template_dirs(VLLM_FIXTURE["templates"]).items():
+        served = ChatStage.from_model_dir(folder).chat  # media rules as the server sets them
         for trust in (False, True):
             out[name, trust] = ChatRenderer.from_model_dir(
-                ROOT / folder,
+                folder,
                 image_placeholder=served.image_placeholder,
                 mm_limits=served.mm_limits,
                 trust_request_chat_template=trust,
@@ -386,7 +386,9 @@ def test_renders_as_vllm(case, vllm_renderers, vllm_tokenizers):
 def processors(template: str):  # noqa: ANN201
     from renderer.multimodal import MultiModalProcessor
 
-    return MultiModalProcessor.from_model_dir(ROOT / VLLM_FIXTURE["templates"][template], cache_bytes=0)
+    from recorded_models import built
+
+    return MultiModalProcessor.from_model_dir(built(VLLM_FIXTURE["templates"][template]), cache_bytes=0)
 
 
 @pytest.mark.parametrize("params", [{"chat_template": ECHO}, {"chat_template_kwargs": {"chat_template": ECHO}}])

@@ -39,6 +39,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from recorded_models import built
 from chat_cases import TIME_TOOL, WEATHER_TOOL
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -1261,7 +1262,7 @@ class Env:
         if key not in self._templates:
             if request.recorded is not None:
                 self.reference_dirs  # noqa: B018 (built on first use)
-                path = ROOT / VLLM_FIXTURE["templates"][request.recorded]
+                path = built(VLLM_FIXTURE["templates"][request.recorded])
                 served = ChatStage.from_model_dir(path).chat  # media rules as the server sets them
                 media = {"image_placeholder": served.image_placeholder, "mm_limits": served.mm_limits}
                 renderer = ChatRenderer.from_model_dir(path, template_engine=engine, **media)
