@@ -502,3 +502,25 @@ TEMPLATE_ERROR_CASES = [
         "message": 'continue_final_message is set to "content" but this is not an accepted field in the chat_template',
     },
 ]
+
+
+# Templates the minijinja lane is tested on (tests/unit/test_chat_template_engine.py and the lane
+# equivalence harness).
+# Templates inside the whitelist: a role check that raises, names, loop fields, slices, `in` lists.
+STRICT_ROLES = (
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
+    "{% if loop.first and message['role'] == 'system' %}<<SYS>>{{ message['content'] }}<</SYS>>\n"
+    "{% else %}[{{ loop.index }}/{{ loop.length }}] {{ message['role'] }}"
+    "{% if message['name'] is defined %} ({{ message['name'] }}){% endif %}: {{ message['content'] }}\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}[{{ messages[-1]['role'] }}] assistant:{% endif %}"
+)
+PRINTS_MESSAGES = "{% for m in messages[1:] %}{{ m }}\n{% endfor %}{{ messages[0] }}{{ tools }}{{ bos_token }}"
+# Reads tools and tool calls: tool chats stay in Jinja (no cut can be proven to render the same).
+READS_TOOLS = (
+    "{% if tools %}[{{ tools[0]['function']['name'] }}]{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
+    "{% if m['tool_calls'] is defined %} calls {{ m['tool_calls'][0]['function']['name'] }}{% endif %}\n{% endfor %}"
+)

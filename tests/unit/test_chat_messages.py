@@ -17,36 +17,12 @@ from chat_rules import HI
 from renderer.chat import (
     ChatParams,
     ChatRenderer,
-    ChatTemplateSource,
     detect_content_format,
     developer_to_system,
     parse_messages,
     validate_chat_request,
 )
 from renderer.errors import MultiModalPlaceholderError
-
-
-BUILD = Path(__file__).resolve().parents[2] / "build"
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from model_builders.reference_tokenizers import build
-
-    return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
-
-
-@pytest.fixture(scope="session")
-def renderers(tokenizer_dirs) -> dict[str, ChatRenderer]:
-    # Trusted: many cases send their own template (tests/unit/test_chat_templates.py covers the refusal).
-    return {
-        name: ChatRenderer.from_model_dir(d, trust_request_chat_template=True) for name, d in tokenizer_dirs.items()
-    }
-
-
-@pytest.fixture(scope="session")
-def smol(renderers) -> ChatRenderer:
-    return renderers["smollm2"]
 
 
 def _plain_string_chat(msgs: list) -> bool:
@@ -214,32 +190,6 @@ VLLM_FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "chat.json").r
 
 
 ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
-
-
-@pytest.fixture(scope="module")
-def vllm_renderers(model_dir) -> dict[tuple[str, bool], ChatRenderer]:
-    """(template name, trusted) -> renderer, for every template the fixture covers."""
-    from recorded_models import template_dirs
-
-    from renderer.chat_stage import ChatStage
-
-    out = {}
-    for name, folder in template_dirs(VLLM_FIXTURE["templates"]).items():
-        served = ChatStage.from_model_dir(folder).chat  # media rules as the server sets them
-        for trust in (False, True):
-            out[name, trust] = ChatRenderer.from_model_dir(
-                folder,
-                image_placeholder=served.image_placeholder,
-                mm_limits=served.mm_limits,
-                trust_request_chat_template=trust,
-            )
-    return out
-
-
-@pytest.fixture(scope="module")
-def trusted() -> ChatRenderer:
-    """A renderer with no model template that trusts request templates."""
-    return ChatRenderer(ChatTemplateSource(), trust_request_chat_template=True)
 
 
 def render_chat(renderer: ChatRenderer, messages, params: dict | None = None, **kw):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_cases import PRINTS_MESSAGES, READS_TOOLS, STRICT_ROLES
 
 from renderer.chat import compiled_template
 from renderer.chat.params import ChatParams
@@ -24,30 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 DEFAULT_MODEL = ROOT / "build" / "models" / "smollm2-135m-instruct"
-
-
-# Templates inside the whitelist: a role check that raises, names, loop fields, slices, `in` lists.
-STRICT_ROLES = (
-    "{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
-    "{% if loop.first and message['role'] == 'system' %}<<SYS>>{{ message['content'] }}<</SYS>>\n"
-    "{% else %}[{{ loop.index }}/{{ loop.length }}] {{ message['role'] }}"
-    "{% if message['name'] is defined %} ({{ message['name'] }}){% endif %}: {{ message['content'] }}\n"
-    "{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}[{{ messages[-1]['role'] }}] assistant:{% endif %}"
-)
-
-
-PRINTS_MESSAGES = "{% for m in messages[1:] %}{{ m }}\n{% endfor %}{{ messages[0] }}{{ tools }}{{ bos_token }}"
-
-
-# Reads tools and tool calls: tool chats stay in Jinja (no cut can be proven to render the same).
-READS_TOOLS = (
-    "{% if tools %}[{{ tools[0]['function']['name'] }}]{% endif %}"
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
-    "{% if m['tool_calls'] is defined %} calls {{ m['tool_calls'][0]['function']['name'] }}{% endif %}\n{% endfor %}"
-)
 
 
 def _renderer(template: str | None = None, engine: str = "auto", **kwargs: Any) -> ChatRenderer:

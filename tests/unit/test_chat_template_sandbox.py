@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from chat_rules import HI, HOSTILE
@@ -19,7 +18,6 @@ from chat_rules import HI, HOSTILE
 from renderer.chat import ChatParams, ChatRenderer, ChatTemplateSource, TemplateLimits, compile_template
 from renderer.chat.apply import template_variables
 from renderer.chat.sandbox import ENV, compile_error, parse_template
-from renderer.chat_stage import ChatStage
 from renderer.errors import (
     ChatTemplateLimitError,
     ChatTemplateLiteralError,
@@ -27,29 +25,6 @@ from renderer.errors import (
     ChatTemplateSecurityError,
     RenderError,
 )
-
-
-BUILD = Path(__file__).resolve().parents[2] / "build"
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from model_builders.reference_tokenizers import build
-
-    return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
-
-
-@pytest.fixture(scope="session")
-def renderers(tokenizer_dirs) -> dict[str, ChatRenderer]:
-    # Trusted: many cases send their own template (tests/unit/test_chat_templates.py covers the refusal).
-    return {
-        name: ChatRenderer.from_model_dir(d, trust_request_chat_template=True) for name, d in tokenizer_dirs.items()
-    }
-
-
-@pytest.fixture(scope="session")
-def smol(renderers) -> ChatRenderer:
-    return renderers["smollm2"]
 
 
 @pytest.mark.parametrize("template,error,message", HOSTILE, ids=[t[:60] for t, _, _ in HOSTILE])
@@ -113,12 +88,6 @@ def test_guards_do_not_change_output(smol):
 
 
 LOWER_HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def stage(model_dir) -> ChatStage:
-    """chat_render as deployed by default: the model's own template, request templates refused."""
-    return ChatStage.from_model_dir(model_dir)
 
 
 def render(template: str, **limits: float) -> str:

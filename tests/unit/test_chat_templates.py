@@ -49,13 +49,6 @@ RENDERED_PAIRS = [(c["id"], name) for c in CASES for name in c["templates"] if (
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from model_builders.reference_tokenizers import build
-
-    return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
-
-
-@pytest.fixture(scope="session")
 def hf_tokenizers(tokenizer_dirs):
     from transformers import AutoTokenizer
 
@@ -63,21 +56,8 @@ def hf_tokenizers(tokenizer_dirs):
 
 
 @pytest.fixture(scope="session")
-def renderers(tokenizer_dirs) -> dict[str, ChatRenderer]:
-    # Trusted: many cases send their own template (tests/unit/test_chat_templates.py covers the refusal).
-    return {
-        name: ChatRenderer.from_model_dir(d, trust_request_chat_template=True) for name, d in tokenizer_dirs.items()
-    }
-
-
-@pytest.fixture(scope="session")
 def tokenizers(hf_tokenizers) -> dict[str, Tokenizer]:
     return {name: Tokenizer(tok) for name, tok in hf_tokenizers.items()}
-
-
-@pytest.fixture(scope="session")
-def smol(renderers) -> ChatRenderer:
-    return renderers["smollm2"]
 
 
 def test_case_fixture_is_large_and_valid():
@@ -294,26 +274,6 @@ ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
 
 
 @pytest.fixture(scope="module")
-def vllm_renderers(model_dir) -> dict[tuple[str, bool], ChatRenderer]:
-    """(template name, trusted) -> renderer, for every template the fixture covers."""
-    from recorded_models import template_dirs
-
-    from renderer.chat_stage import ChatStage
-
-    out = {}
-    for name, folder in template_dirs(VLLM_FIXTURE["templates"]).items():
-        served = ChatStage.from_model_dir(folder).chat  # media rules as the server sets them
-        for trust in (False, True):
-            out[name, trust] = ChatRenderer.from_model_dir(
-                folder,
-                image_placeholder=served.image_placeholder,
-                mm_limits=served.mm_limits,
-                trust_request_chat_template=trust,
-            )
-    return out
-
-
-@pytest.fixture(scope="module")
 def vllm_tokenizers(vllm_renderers) -> dict[str, Tokenizer]:
     from transformers import AutoTokenizer
 
@@ -321,12 +281,6 @@ def vllm_tokenizers(vllm_renderers) -> dict[str, Tokenizer]:
         name: Tokenizer(AutoTokenizer.from_pretrained(ROOT / folder))
         for name, folder in VLLM_FIXTURE["templates"].items()
     }
-
-
-@pytest.fixture(scope="module")
-def trusted() -> ChatRenderer:
-    """A renderer with no model template that trusts request templates."""
-    return ChatRenderer(ChatTemplateSource(), trust_request_chat_template=True)
 
 
 def render_chat(renderer: ChatRenderer, messages, params: dict | None = None, **kw):

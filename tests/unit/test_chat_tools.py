@@ -19,7 +19,6 @@ from chat_rules import HI
 from renderer.chat import (
     ChatParams,
     ChatRenderer,
-    ChatTemplateSource,
     parse_messages,
     request as request_mod,
     validate_chat_request,
@@ -64,12 +63,6 @@ VLLM_FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "chat.json").r
 
 
 ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
-
-
-@pytest.fixture(scope="module")
-def trusted() -> ChatRenderer:
-    """A renderer with no model template that trusts request templates."""
-    return ChatRenderer(ChatTemplateSource(), trust_request_chat_template=True)
 
 
 def render_chat(renderer: ChatRenderer, messages, params: dict | None = None, **kw):

@@ -13,8 +13,7 @@ import pytest
 from chat_cases import PNG_DATA_URL
 from chat_rules import BAD_MESSAGES, BAD_PARAMS, HI
 
-from renderer.chat import ChatParams, ChatRenderer, ChatTemplateSource, validate_chat_request
-from renderer.chat_stage import ChatStage
+from renderer.chat import ChatParams, ChatRenderer, validate_chat_request
 from renderer.errors import (
     ChatRequestValidationError,
     ContentPartError,
@@ -30,29 +29,6 @@ from renderer.errors import (
 )
 from renderer.json_fields import MAX_NESTING_DEPTH, json_text_depth, nesting_depth, parse_json
 from renderer.params import TokenizeParams
-
-
-BUILD = Path(__file__).resolve().parents[2] / "build"
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dirs(model_dir) -> dict[str, Path]:
-    from model_builders.reference_tokenizers import build
-
-    return {"smollm2": model_dir, **build(BUILD / "models" / "tokenizers")}
-
-
-@pytest.fixture(scope="session")
-def renderers(tokenizer_dirs) -> dict[str, ChatRenderer]:
-    # Trusted: many cases send their own template (tests/unit/test_chat_templates.py covers the refusal).
-    return {
-        name: ChatRenderer.from_model_dir(d, trust_request_chat_template=True) for name, d in tokenizer_dirs.items()
-    }
-
-
-@pytest.fixture(scope="session")
-def smol(renderers) -> ChatRenderer:
-    return renderers["smollm2"]
 
 
 @pytest.mark.parametrize("messages,error,message", BAD_MESSAGES, ids=[m.split("\n")[0] for _, _, m in BAD_MESSAGES])
@@ -137,12 +113,6 @@ VLLM_FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "chat.json").r
 
 
 ECHO = "{% for m in messages %}{{ m | tojson }}\n{% endfor %}"
-
-
-@pytest.fixture(scope="module")
-def trusted() -> ChatRenderer:
-    """A renderer with no model template that trusts request templates."""
-    return ChatRenderer(ChatTemplateSource(), trust_request_chat_template=True)
 
 
 def render_chat(renderer: ChatRenderer, messages, params: dict | None = None, **kw):
@@ -297,12 +267,6 @@ def nested(levels: int, leaf: object = "x") -> object:
     for _ in range(levels):
         value = {"a": value}
     return value
-
-
-@pytest.fixture(scope="module")
-def stage(model_dir) -> ChatStage:
-    """chat_render as deployed by default: the model's own template, request templates refused."""
-    return ChatStage.from_model_dir(model_dir)
 
 
 def deep_requests(levels: int) -> dict[str, tuple[list, dict | None]]:

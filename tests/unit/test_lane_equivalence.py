@@ -40,7 +40,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from recorded_models import built
-from chat_cases import TIME_TOOL, WEATHER_TOOL
+from chat_cases import PRINTS_MESSAGES, READS_TOOLS, STRICT_ROLES, TIME_TOOL, WEATHER_TOOL
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from validation_oracle import CORPUS, outcome, same
@@ -709,24 +709,6 @@ KNOWN_TOOLS_LANE = Lane(
 
 # --- the model's template on minijinja -----------------------------------------------------------
 
-# Templates inside the whitelist: a role check that raises, names, loop fields, slices, `in` lists.
-STRICT_ROLES = (
-    "{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
-    "{% if loop.first and message['role'] == 'system' %}<<SYS>>{{ message['content'] }}<</SYS>>\n"
-    "{% else %}[{{ loop.index }}/{{ loop.length }}] {{ message['role'] }}"
-    "{% if message['name'] is defined %} ({{ message['name'] }}){% endif %}: {{ message['content'] }}\n"
-    "{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}[{{ messages[-1]['role'] }}] assistant:{% endif %}"
-)
-PRINTS_MESSAGES = "{% for m in messages[1:] %}{{ m }}\n{% endfor %}{{ messages[0] }}{{ tools }}{{ bos_token }}"
-# Reads tools and tool calls: tool chats stay in Jinja (no cut can be proven to render the same).
-READS_TOOLS = (
-    "{% if tools %}[{{ tools[0]['function']['name'] }}]{% endif %}"
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
-    "{% if m['tool_calls'] is defined %} calls {{ m['tool_calls'][0]['function']['name'] }}{% endif %}\n{% endfor %}"
-)
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
 TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
 
