@@ -15,10 +15,11 @@ model, tensors and request parameters as given, every response as Triton sent it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -205,6 +206,34 @@ def _error(e: Exception, front_model: bool = True) -> FrontError:
     return FrontError(message, status, param)
 
 
+# How long a finished stream may take to end on Triton's side before it is cancelled.
+STREAM_END_S = 2.0
+
+
+async def _end(drain: Awaitable[None], cancel: Callable[[], Any]) -> None:
+    """Let Triton end a stream whose request is answered: our side has stopped writing, so it
+    closes the call once its last response is out (``drain`` reads to that end). Cancelling it
+    instead, racing that end, leaks the request inside Triton 2.51 under concurrent streams: its
+    model is then never unloaded, and a stop waits out the whole exit timeout."""
+    try:
+        await asyncio.wait_for(drain, STREAM_END_S)
+    except Exception:  # noqa: BLE001 - the request is answered; only the call's end is left
+        cancel()
+
+
+async def _drain(stream: Any) -> None:
+    """Read a tritonclient response iterator to its end."""
+    with contextlib.suppress(StopAsyncIteration):
+        while True:
+            await stream.__anext__()
+
+
+async def _read_to_eof(call: Any) -> None:
+    """Read a gRPC stream call to its end."""
+    while await call.read() is not _grpc_eof():
+        pass
+
+
 class Ensembles:
     """An asyncio gRPC client of one Triton server's ensembles."""
 
@@ -298,8 +327,10 @@ class Ensembles:
                     finished = True
                     return
         finally:
-            stream.cancel()
-            if not finished:
+            if finished:
+                await _end(_drain(stream), stream.cancel)
+            else:
+                stream.cancel()
                 self.stop(rid)
 
     async def model_interface(self, model: str, version: str = "") -> ModelInterface:
@@ -366,9 +397,12 @@ class Ensembles:
                     finished = True
                     return
         finally:
-            call.cancel()
-            if not finished and stop_post_processor:
-                self.stop(rid)
+            if finished:
+                await _end(_read_to_eof(call), call.cancel)
+            else:
+                call.cancel()
+                if stop_post_processor:
+                    self.stop(rid)
 
     @property
     def stub(self) -> Any:
