@@ -1,5 +1,5 @@
 """Valid and invalid generation requests together, on every protocol, until the count runs out:
-the traffic that crashed tritonserver within seconds (SIGSEGV in its ensemble scheduler; issue 23,
+the traffic that crashed tritonserver within seconds (SIGSEGV in its ensemble scheduler;
 docs/RELIABILITY.md "Ensembles run one step at a time").
 
 Each client thread sends, in turn, a request that one stage must refuse and a valid one, each over
