@@ -9,6 +9,8 @@ bad words, the penalties and ``runtime_top_k`` = 1 as greedy, and reads prompt-t
 
 from __future__ import annotations
 
+import os
+
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,9 @@ class Generator:
             if self.is_vision_language
             else AutoModelForCausalLM
         )
+        # Weights load on the calling thread: transformers' thread-pool loader once hung a stub's
+        # load for minutes on these shared cores, and a small model gains nothing from it.
+        os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
         self.model = auto.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
         cfg = self.model.config
         text_cfg = getattr(cfg, "text_config", None) or cfg
