@@ -62,11 +62,14 @@ BLOCKS: dict[str, PortBlock] = {
     # vLLM's engine and the stand-in for each image family, 10 apart.
     "vllm_image": PortBlock("TEST_VLLM_IMAGE_PORT", 19400, 40),
     "image": PortBlock("TEST_IMAGE_PORT", 19500, 10),
-    "stub_crash": PortBlock("TEST_STUB_CRASH_PORT", 22100, 20),
+    "stub_crash": PortBlock("TEST_STUB_CRASH_PORT", 19600, 20),
 }
 
-# How far each pytest-xdist worker after the first moves the shared blocks: past every block.
-WORKER_SHIFT = 6000
+# How far each pytest-xdist worker after the first moves the shared blocks: below every block, and
+# every block stays below 20000, where the launcher draws its servers' inner ports at random
+# (launcher/edge.py, free_loopback_ports): a block there could be taken by another server's edge.
+WORKER_SHIFT = -6000
+INNER_PORTS_FROM = 20000
 
 
 def port(name: str) -> int:

@@ -57,3 +57,19 @@ def test_live_files_bind_no_port_outside_the_table() -> None:
                 ):
                     literal.append(f"{path.name}:{node.lineno} {node.arg}={node.value.value!r}")
     assert not literal, f"ports written outside tests/support/ports.py: {literal}"
+
+
+def test_blocks_stay_clear_of_the_inner_ports_the_launcher_draws() -> None:
+    """Every block, moved or not, lies between the privileged ports and the range the launcher
+    draws inner ports from (another server's edge could hold a port there)."""
+    import inspect
+
+    from launcher.edge import free_loopback_ports
+
+    lowest = inspect.signature(free_loopback_ports).parameters["lowest"].default
+    assert ports.INNER_PORTS_FROM == lowest
+    for name, block in ports.BLOCKS.items():
+        shifts = (0, ports.WORKER_SHIFT) if block.shared else (0,)
+        for shift in shifts:
+            first, last = block.base + shift, block.base + shift + block.size - 1
+            assert 1024 < first and last < lowest, f"{name} {first}-{last} reaches outside 1025-{lowest - 1}"
