@@ -5,7 +5,10 @@ by the in-process chat tests (``tests/unit/test_chat_*.py``) and the live ones
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 from renderer.chat import (
@@ -334,3 +337,23 @@ def hf_reference(hf, case: dict, *, tokenize: bool):
         return_dict=False,
         **kwargs,
     )
+
+
+@contextlib.contextmanager
+def minijinja_calls() -> Iterator[list[bool]]:
+    """One entry per request minijinja was asked for, True where it answered: a spy on
+    ``CompiledChatTemplate.render`` for the block's length."""
+    from unittest import mock
+
+    from renderer.chat import compiled_template
+
+    calls: list[bool] = []
+    real = compiled_template.CompiledChatTemplate.render
+
+    def spy(self: Any, conversation: Any, agp: bool) -> str | None:
+        out = real(self, conversation, agp)
+        calls.append(out is not None)
+        return out
+
+    with mock.patch.object(compiled_template.CompiledChatTemplate, "render", spy):
+        yield calls

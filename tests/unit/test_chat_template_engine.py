@@ -7,10 +7,13 @@ tests/unit/test_lane_equivalence.py's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_rules import minijinja_calls
 from chat_cases import PRINTS_MESSAGES, READS_TOOLS, STRICT_ROLES
 
 from renderer.chat import compiled_template
@@ -35,18 +38,10 @@ def _renderer(template: str | None = None, engine: str = "auto", **kwargs: Any) 
 
 
 @pytest.fixture
-def compiled_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+def compiled_calls() -> Iterator[list[bool]]:
     """One entry per request minijinja was asked for: True where it answered."""
-    calls: list[bool] = []
-    real = compiled_template.CompiledChatTemplate.render
-
-    def spy(self: Any, conversation: Any, agp: bool) -> str | None:
-        out = real(self, conversation, agp)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(compiled_template.CompiledChatTemplate, "render", spy)
-    return calls
+    with minijinja_calls() as calls:
+        yield calls
 
 
 def test_the_default_models_template_renders_on_minijinja():

@@ -39,6 +39,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from chat_rules import minijinja_calls
 from recorded_models import built
 from chat_cases import PRINTS_MESSAGES, READS_TOOLS, STRICT_ROLES, TIME_TOOL, WEATHER_TOOL
 from hypothesis import HealthCheck, event, given, settings
@@ -47,7 +48,6 @@ from validation_oracle import CORPUS, outcome, same
 
 from renderer import Renderer, RendererConfig, TextPrompt, TokensPrompt
 from renderer.chat import ChatParams
-from renderer.chat import compiled_template
 from renderer.chat import request as request_mod
 from renderer.chat.fast_request import fast_validate
 from renderer.chat.messages import MultiModalItem, _parse_message, parse_message, plain_message
@@ -736,15 +736,7 @@ def _template_outcome(env: Env, request: TemplateRequest, engine: str) -> tuple[
 def _compiled_through_lane(env: Env, request: TemplateRequest) -> Run:
     """``CHAT_TEMPLATE_ENGINE=auto``; a spy records each time minijinja was asked, and whether it
     answered."""
-    calls: list[bool] = []
-    real = compiled_template.CompiledChatTemplate.render
-
-    def spy(self: Any, conversation: Any, agp: bool) -> str | None:
-        out = real(self, conversation, agp)
-        calls.append(out is not None)
-        return out
-
-    with mock.patch.object(compiled_template.CompiledChatTemplate, "render", spy):
+    with minijinja_calls() as calls:
         answer = _template_outcome(env, request, "auto")
     return Run((answer,), _asked(calls))
 
