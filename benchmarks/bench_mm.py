@@ -53,8 +53,9 @@ def bench_image(w: int, h: int) -> bytes:
     return encode(rgb(w, h, block=8 if w * h > 4_000_000 else 1))
 
 
-def family_settings(family: str, models: str, build_dir: Path, port: int) -> Any:
-    """Launcher settings serving ``models`` on the family's tiny model, on ``port`` to ``port + 2``."""
+def family_settings(family: str, models: str, build_dir: Path, port: int, device_normalize: bool = False) -> Any:
+    """Launcher settings serving ``models`` on the family's tiny model, on ``port`` to ``port + 2``
+    (``device_normalize``: ``MM_DEVICE_DO_NORMALIZE``)."""
     from dataclasses import replace
 
     from launcher import cli as launch
@@ -68,6 +69,7 @@ def family_settings(family: str, models: str, build_dir: Path, port: int) -> Any
         http_port=port,
         grpc_port=port + 1,
         metrics_port=port + 2,
+        mm_device_do_normalize=device_normalize,
     )
 
 
@@ -139,12 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+VARIANTS = (("qwen2_vl", False), ("qwen2_vl", True), ("pixtral", False))
+"""(family, ``MM_DEVICE_DO_NORMALIZE``) served: Qwen2-VL both ways, since vLLM's render server sends
+its uint8 pixels by default (the like-for-like row) and this project float32 by default; Pixtral
+float32 (vLLM's Llava cannot normalize on the device)."""
+
+
 @dataclass(frozen=True)
 class _Family:
     """One family's measuring tools: its processors in process (cache off and on), Hugging Face's PIL
     processor, our server's client, and vLLM's render server where the peer is installed."""
 
     name: str
+    device_normalize: bool
     cold: Any
     warm: Any
     hf: Any
@@ -170,13 +179,13 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     dirs = {f: vlm_model.build(models / f"tiny-{f}", family=f) for f in ("qwen2_vl", "pixtral")}
     rows: list[dict[str, Any]] = []
     log(
-        f"{'family':9} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
+        f"{'family':9} {'pixels':>7} {'size':>10} {'HF PIL ms':>10} {'ours cold':>10} {'ours warm':>10} "
         f"{'triton miss':>12} {'triton hit':>11} {'chat hit':>9} {'HF/ours':>8} {'HF/triton':>10}"
     )
     from benchmarks import peer
 
-    for i, (fam, d) in enumerate(dirs.items()):
-        family_rows = _measure_family(fam, d, 19500 + 10 * i, repeat, log)
+    for i, (fam, device_normalize) in enumerate(VARIANTS):
+        family_rows = _measure_family(fam, dirs[fam], 19500 + 10 * i, repeat, log, device_normalize)
         if isinstance(family_rows, dict):
             return family_rows
         rows += family_rows
@@ -184,14 +193,14 @@ def measure(repeat: int, log: Callable[[str], None] = print) -> dict[str, Any]:
 
 
 def _measure_family(
-    fam: str, d: Path, port: int, repeat: int, log: Callable[[str], None]
+    fam: str, d: Path, port: int, repeat: int, log: Callable[[str], None], device_normalize: bool = False
 ) -> list[dict[str, Any]] | dict[str, Any]:
     """One family's rows, every size, with its server (and vLLM's) up; an error dict where ours did not start."""
     from client import RendererClient
     from launcher import cli as launch
     from benchmarks import peer
 
-    s = family_settings(fam, "render_chat,chat", ROOT / "build" / f"bench-mm-{fam}", port)
+    s = family_settings(fam, "render_chat,chat", ROOT / "build" / f"bench-mm-{fam}", port, device_normalize)
     if launch.start(s) != 0:
         return {"error": f"the {fam} server did not start; see {s.log_file}"}
     client = RendererClient(f"127.0.0.1:{port}")
@@ -204,7 +213,7 @@ def _measure_family(
         if peer.installed():
             vllm_server.start()
             vllm = VllmRender(vllm_server.port, str(d))
-        tools = _family_tools(fam, d, client, vllm)
+        tools = _family_tools(fam, d, client, vllm, device_normalize)
         return [_measure_size(tools, w, h, repeat, log) for w, h in SIZES]
     finally:
         client.close()
@@ -214,21 +223,21 @@ def _measure_family(
         launch.stop(s)
 
 
-def _family_tools(fam: str, d: Path, client: Any, vllm: VllmRender | None) -> _Family:
+def _family_tools(fam: str, d: Path, client: Any, vllm: VllmRender | None, device_normalize: bool) -> _Family:
     """The family's processors in process (cache off, cache on) and Hugging Face's PIL processor."""
     from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     from renderer.multimodal import MultiModalProcessor
 
-    cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0)
-    warm = MultiModalProcessor.from_model_dir(d)
+    cold = MultiModalProcessor.from_model_dir(d, cache_bytes=0, mm_device_do_normalize=device_normalize)
+    warm = MultiModalProcessor.from_model_dir(d, mm_device_do_normalize=device_normalize)
     if fam == "qwen2_vl":
         f = cold.family
         hf = Qwen2VLImageProcessorPil(min_pixels=f.min_pixels, max_pixels=f.max_pixels)
     else:
         hf = PixtralImageProcessorPil()
-    return _Family(fam, cold, warm, hf, client, vllm)
+    return _Family(fam, device_normalize, cold, warm, hf, client, vllm)
 
 
 def _measure_size(t: _Family, w: int, h: int, repeat: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -249,8 +258,9 @@ def _measure_size(t: _Family, w: int, h: int, repeat: int, log: Callable[[str], 
     served = _served_ms(t, w, h, same, repeat)
     t_chat = median_ms(lambda: list(t.client.generate("chat", messages=same, max_tokens=1)), repeat)
     row = _size_row(t.name, w, h, t_hf, t_cold, t_warm, t_chat, served)
+    row.update(pixel_values=pixel_dtype(t.name, t.device_normalize), as_vllm_sends=as_vllm_sends(t))
     log(
-        f"{t.name:9} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {served.miss:12.1f} "
+        f"{t.name:9} {row['pixel_values']:>7} {row['size']:>10} {t_hf:10.1f} {t_cold:10.1f} {t_warm:10.1f} {served.miss:12.1f} "
         f"{served.hit:11.1f} {t_chat:9.1f} {row['hf_over_ours_cold']:8.2f} {row['hf_over_triton_miss']:10.2f}"
     )
     return row
@@ -314,6 +324,19 @@ def _size_row(
             hit_over_vllm=round(t_hit / served.vllm_hit, 2),
         )
     return row
+
+
+def pixel_dtype(family: str, device_normalize: bool) -> str:
+    """The dtype of the ``pixel_values`` a variant serves."""
+    from renderer.multimodal.tensors import raw_pixels
+
+    return "uint8" if raw_pixels(family, device_normalize) else "float32"
+
+
+def as_vllm_sends(t: _Family) -> bool:
+    """Whether ours sends the form vLLM's render server sends by default (its
+    ``mm_device_do_normalize`` is on wherever the model can normalize): the like-for-like row."""
+    return pixel_dtype(t.name, t.device_normalize) == pixel_dtype(t.name, True)
 
 
 def image_chat(url: str) -> list[dict]:

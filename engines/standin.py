@@ -9,12 +9,14 @@ bad words, the penalties and ``runtime_top_k`` = 1 as greedy, and reads prompt-t
 
 from __future__ import annotations
 
+import functools
 import os
-
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+import numpy as np
 
 from engines.trtllm_inputs import EngineRequest
 
@@ -39,6 +41,7 @@ class Generator:
 
         self._torch = torch
         self.device = device
+        self.model_dir = Path(model_dir)
         dtype = torch.float32 if device == "cpu" else torch.bfloat16  # bf16 matmuls are slow on CPU
         config = AutoConfig.from_pretrained(str(model_dir))
         self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
@@ -59,6 +62,20 @@ class Generator:
         self.vocab_size = int(text_cfg.vocab_size)
         self.max_len = int(getattr(text_cfg, "max_position_embeddings", 0) or 2048)
         self.image_token_id = getattr(cfg, "image_token_id", None) or getattr(cfg, "image_token_index", None)
+
+    @functools.cached_property
+    def _family(self) -> Any:
+        from renderer.multimodal.registry import load_family
+
+        return load_family(self.model_dir)
+
+    def _normalized(self, pixel_values: Any) -> Any:
+        """uint8 ``pixel_values`` (``MM_DEVICE_DO_NORMALIZE``) normalized as the model's processor
+        config says, as vLLM's model does on the device (here with the fast processor's table, so
+        the values equal those ``mm_process`` sends with the setting off); float32 as it came."""
+        if getattr(pixel_values, "dtype", None) != np.uint8:
+            return pixel_values
+        return self._family.normalize_raw(pixel_values)
 
     def generate(self, req: EngineRequest, cancelled: threading.Event | None = None) -> Iterator[Step]:
         """One ``Step`` per generated id; the last has ``finished``. ``cancelled`` ends it early."""
@@ -164,7 +181,7 @@ class Generator:
 
         ids = torch.tensor([req.input_ids], device=self.device)
         extra = {
-            k: torch.as_tensor(v, device=self.device)
+            k: torch.as_tensor(self._normalized(v) if k == "pixel_values" else v, device=self.device)
             for k, v in req.images.items()
             if k in ("pixel_values", "image_grid_thw", "image_sizes")
         }

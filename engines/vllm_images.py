@@ -8,14 +8,14 @@ its vision encoder) and its ``PlaceholderRange``. vLLM then never decodes, proce
 image again. What differs per family lives in ``FAMILIES``; the adapter
 (``model_repository/llm/1/vllm_engine.py``) stays family-blind.
 
-The normalization contract: ``mm_process`` hands every engine one form, its normalized float32
-``pixel_values`` (the one table, ``renderer/multimodal/tensors.py``, and the stand-in take that),
-which equals transformers' torchvision processor, the one vLLM runs. vLLM 0.32 by default sends
-Qwen2-VL's patches as raw uint8 and normalizes them inside the model (``mm_device_do_normalize``);
-fed float32 it would normalize twice. So the engine starts with ``mm_device_do_normalize=False``
-(``engine_args``), where vLLM's own processor makes exactly these float32 values. A uint8 form would
-be a quarter of the bytes through shared memory, but a second dtype per engine for one tensor.
-Pixtral (Llava) has no device normalization: float32 either way.
+The normalization contract: the engine normalizes on the device exactly when ``mm_process`` sends
+uint8. By default ``mm_process`` hands every engine normalized float32 ``pixel_values``, equal to
+transformers' torchvision processor (the one vLLM runs), so the engine starts with
+``mm_device_do_normalize=False``, where vLLM's own processor makes exactly these values; fed float32
+with it on, vLLM would normalize twice. With ``MM_DEVICE_DO_NORMALIZE`` Qwen2-VL's patches travel as
+the resized uint8 pixels (a quarter of the bytes), as vLLM 0.32's own render server sends them by
+default, and the engine starts with it on (``engine_args``; ``renderer/multimodal/tensors.py``:
+``raw_pixels``). Pixtral (Llava) has no device normalization: float32 either way.
 
 Runs in vLLM's environment (numpy 2, torch, vllm): vLLM is imported where it is used.
 """
@@ -84,7 +84,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2_vl": Family(
         items=_qwen2_vl_items,
         modality_limits=lambda n: {"image": n, "video": 0},
-        engine_args={"mm_device_do_normalize": False},
+        engine_args={},
         image_token=None,
     ),
     "pixtral": Family(
@@ -105,11 +105,18 @@ def family(name: str) -> Family:
     return fam
 
 
-def engine_args(name: str, max_images: int) -> dict[str, Any]:
-    """The ``AsyncEngineArgs`` an image family's engine starts with."""
+def engine_args(name: str, max_images: int, mm_device_do_normalize: bool = False) -> dict[str, Any]:
+    """The ``AsyncEngineArgs`` an image family's engine starts with (``mm_device_do_normalize``:
+    the setting, which decides whether ``mm_process`` sends this family uint8)."""
+    from renderer.multimodal.tensors import DEVICE_NORMALIZED_FAMILIES, raw_pixels
+
     fam = family(name)
     # vLLM never processes here: its processor caches would only hold copies of what arrives.
-    return {"limit_mm_per_prompt": fam.modality_limits(max_images), "mm_processor_cache_gb": 0, **fam.engine_args}
+    args = {"limit_mm_per_prompt": fam.modality_limits(max_images), "mm_processor_cache_gb": 0, **fam.engine_args}
+    if name in DEVICE_NORMALIZED_FAMILIES:
+        # vLLM's default is on for these; it must be on exactly when the pixels arrive as uint8.
+        args["mm_device_do_normalize"] = raw_pixels(name, mm_device_do_normalize)
+    return args
 
 
 def mm_input(

@@ -53,8 +53,16 @@ def template_vars(s: Settings, family: str | None = None) -> dict[str, str]:
         "mm_instance_kind": kind,
         "mm_gpus": "gpus: [ 0 ]" if kind == "KIND_GPU" else "",
         **parameter_values(s, family),
-        **family_vars(family),
+        **family_vars(family, raw_pixels_of(s, family)),
     }
+
+
+def raw_pixels_of(s: Settings, family: str | None) -> bool:
+    """Whether the served family's ``pixel_values`` are uint8 (``MM_DEVICE_DO_NORMALIZE``, for a
+    family whose vLLM model normalizes on the device: ``renderer/multimodal/tensors.py``)."""
+    from renderer.multimodal.tensors import raw_pixels
+
+    return bool(family) and raw_pixels(family, s.mm_device_do_normalize)
 
 
 def computed_values(s: Settings, family: str | None) -> dict[str, object]:
@@ -106,13 +114,13 @@ def parameter_lines(model: str, variant: str, values: dict[str, str]) -> str | N
     return "\n".join(lines)
 
 
-def family_vars(family: str | None) -> dict[str, str]:
+def family_vars(family: str | None, raw: bool = False) -> dict[str, str]:
     """What makes one ensemble's ``config.multimodal.pbtxt`` fit each image family: the family's
     image tensors (``renderer/multimodal/tensors.py``) as ensemble outputs and step maps (the Python
     models' take theirs from ``tensor_blocks``). Empty for a text-only model (None)."""
     from renderer.multimodal.tensors import engine_image_inputs, image_tensors
 
-    specs = image_tensors(family) if family else ()
+    specs = image_tensors(family, raw) if family else ()
     engine = engine_image_inputs(family) if family else ()
     return {
         "family": family or "",
@@ -133,7 +141,7 @@ def tensor_entry(t: TensorSpec) -> str:
 _COMMENT_WIDTH = 100
 
 
-def tensor_blocks(model: str, family: str | None) -> str | None:
+def tensor_blocks(model: str, family: str | None, raw: bool = False) -> str | None:
     """``model``'s ``input [...]`` and ``output [...]`` blocks from ``renderer/stage_tensors.py``
     (what its template's ``${tensors}`` becomes), each tensor's ``doc`` as ``#`` lines above it;
     None for a model without a stage table (an ensemble: its blocks are written by hand)."""
@@ -141,7 +149,7 @@ def tensor_blocks(model: str, family: str | None) -> str | None:
 
     if not has_stage_tensors(model, family):
         return None
-    tables = stage_tensors(model, family)
+    tables = stage_tensors(model, family, raw)
 
     def block(kind: str, specs: tuple[TensorSpec, ...]) -> str:
         lines = [f"{kind} ["]
@@ -205,18 +213,18 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
         shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__", "config.*.pbtxt"))
         # Ensembles have no files in their version folder, and git keeps no empty folders.
         (dst / "1").mkdir(exist_ok=True)
-        (dst / "config.pbtxt").write_text(render_config(chosen, model.name, values, family))
+        (dst / "config.pbtxt").write_text(render_config(chosen, model.name, values, family, raw_pixels_of(s, family)))
     if s.engine_model_dir:
         # Linked, not copied: an engine folder may be large; Triton follows the link.
         (out / engine_model_name(s)).symlink_to(Path(s.engine_model_dir).resolve(), target_is_directory=True)
     return out
 
 
-def render_config(template: Path, model: str, values: dict[str, str], family: str | None) -> str:
+def render_config(template: Path, model: str, values: dict[str, str], family: str | None, raw: bool = False) -> str:
     """One config template filled: ``values`` (``template_vars``) and, for a Python model, its
-    tensors (``tensor_blocks``) and its parameters (``parameter_lines``)."""
+    tensors (``tensor_blocks``; ``raw``: ``raw_pixels_of``) and its parameters (``parameter_lines``)."""
     text = template.read_text()
-    tensors = tensor_blocks(model, family)
+    tensors = tensor_blocks(model, family, raw)
     if tensors is not None and "${tensors}" not in text:
         # A stage's tensors come from its table only; a template without the placeholder would
         # load with none (or with a hand-written copy that the table no longer governs).

@@ -145,6 +145,12 @@ class Settings:
     image_decode_device: str = media_defaults.DEFAULT_IMAGE_DECODE_DEVICE
     """Where JPEG images are decoded: "cpu" (Pillow, as vLLM decodes) or "cuda" (nvJPEG through
     torchvision, opt-in; needs ``image_device`` cuda, the fast processor and torchvision)."""
+    mm_device_do_normalize: bool = False
+    """vLLM's ``mm_device_do_normalize``: for a family whose vLLM model normalizes images itself
+    (Qwen2-VL), ``pixel_values`` leave ``mm_process`` as the resized uint8 patches, unrescaled and
+    unnormalized (a quarter of float32's bytes), as vLLM's render server sends them by default,
+    and the engine normalizes them. Off: normalized float32, as vLLM's processor makes them with
+    the setting off. A family vLLM cannot normalize on the device (Pixtral) keeps float32."""
     encoder_decoder: bool = False
     """Serve the encoder-decoder ensembles (``render_encoder_decoder``, ``encoder_decoder_completion``)
     and their stages; also on when ``encoder_decoder_model_dir`` is set or ``models`` names one of

@@ -43,6 +43,7 @@ ENGINE_DECOUPLED = "engine_decoupled"
 ENCODER_DECODER = "encoder_decoder"
 DEVICE = "device"
 DECODE_DEVICE = "decode_device"
+MM_DEVICE_DO_NORMALIZE = "mm_device_do_normalize"
 CACHE_BYTES = "cache_bytes"
 MEDIA_DIR = "media_dir"
 MEDIA_HOSTS = "media_hosts"
@@ -163,6 +164,12 @@ STAGE_PARAMS: tuple[StageParam, ...] = (
     StageParam(MAX_IMAGE_PIXELS, (_IMAGE,)),
     StageParam(MEDIA_FETCH_TIMEOUT_S, (_IMAGE,)),
     StageParam(IMAGE_PROCESSOR, (_IMAGE,)),
+    StageParam(
+        MM_DEVICE_DO_NORMALIZE,
+        (_IMAGE, _VLLM),
+        doc="vLLM's mm_device_do_normalize: uint8 pixel_values, normalized by the engine, for a family\n"
+        "whose vLLM model can (renderer/multimodal/families.py: normalizes_on_device).",
+    ),
     StageParam(
         DECODE_DEVICE,
         (_IMAGE,),

@@ -480,20 +480,22 @@ MULTIMODAL_STAGES: dict[str, StageTensors] = {
 IMAGE_TAKERS = ("llm", "detokenize")
 
 
-def stage_tensors(model: str, family: str | None = None) -> StageTensors:
-    """``model``'s interface in the repository served for ``family`` (None: a text-only model)."""
+def stage_tensors(model: str, family: str | None = None, raw: bool = False) -> StageTensors:
+    """``model``'s interface in the repository served for ``family`` (None: a text-only model);
+    ``raw``: its ``pixel_values`` are uint8 (``renderer/multimodal/tensors.py``: ``raw_pixels``)."""
     if family is None:
         return STAGES[model]
     if model == "mm_process":
         base = MULTIMODAL_STAGES[model]
         return replace(
-            base, outputs=base.outputs + _headed(f"The {family} family's image tensors.", image_tensors(family))
+            base, outputs=base.outputs + _headed(f"The {family} family's image tensors.", image_tensors(family, raw))
         )
     if model in MULTIMODAL_STAGES:
         return MULTIMODAL_STAGES[model]
     base = STAGES[model]
     if model in IMAGE_TAKERS:
-        extra = tuple(replace(t, optional=True, ragged=True) for t in (*image_tensors(family), *ITEM_TENSOR_SPECS))
+        images = image_tensors(family, raw)
+        extra = tuple(replace(t, optional=True, ragged=True) for t in (*images, *ITEM_TENSOR_SPECS))
         note = (
             f"The {family} family's processed images, placeholders and hashes, after TensorRT-LLM's inputs "
             "(an extension: renderer/multimodal/tensors.py)."

@@ -57,6 +57,7 @@ from ..errors import (
 )
 from ..model_info import read_json_object
 from .media import LoadedImage
+from .tensors import raw_pixels
 
 
 def _kernels() -> Any:
@@ -83,8 +84,8 @@ class ProcessedImage:
     """One image's processed tensor and the prompt tokens that stand for it."""
 
     pixel_values: Any
-    """Qwen2-VL: float32 (num_patches, C*T*P*P); Pixtral: float32 (3, H, W). A read-only numpy
-    array on CPU, a torch tensor on the processor's device otherwise."""
+    """Qwen2-VL: float32 (num_patches, C*T*P*P), uint8 with ``raw_pixels``; Pixtral: float32 (3, H,
+    W). A read-only numpy array on CPU, a torch tensor on the processor's device otherwise."""
 
     grid: tuple[int, ...]
     """Qwen2-VL: (grid_t, grid_h, grid_w); Pixtral: (height, width) after resizing."""
@@ -216,7 +217,9 @@ class ImageFamily:
     placeholder_token_id: int = -1
     allowed_kwargs: frozenset[str] = frozenset()
 
-    def __init__(self, pp: Mapping[str, Any], image_processor: str = "fast") -> None:
+    def __init__(
+        self, pp: Mapping[str, Any], image_processor: str = "fast", mm_device_do_normalize: bool = False
+    ) -> None:
         if image_processor not in IMAGE_PROCESSORS:
             raise UnsupportedImageProcessorError(
                 f"IMAGE_PROCESSOR must be one of {', '.join(IMAGE_PROCESSORS)}, got {image_processor!r}."
@@ -229,6 +232,13 @@ class ImageFamily:
         self.do_normalize = bool(pp.get("do_normalize", True))
         self.image_mean = tuple(float(x) for x in pp.get("image_mean", OPENAI_CLIP_MEAN))
         self.image_std = tuple(float(x) for x in pp.get("image_std", OPENAI_CLIP_STD))
+        # vLLM's mm_device_do_normalize: the processor runs with do_rescale and do_normalize off
+        # (vLLM merges both into its kwargs, so they are part of the settings hashed), and the
+        # resized uint8 pixels leave as they are; the engine normalizes them.
+        self.raw_pixels = raw_pixels(self.name, mm_device_do_normalize)
+        self._config_steps = (self.do_rescale, self.do_normalize)
+        if self.raw_pixels:
+            self.do_rescale = self.do_normalize = False
         self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
         self._device_luts: dict[str, Any] = {}
         if image_processor == "fast" and self.do_resize and self.fast_mode is None:
@@ -239,12 +249,35 @@ class ImageFamily:
 
     @functools.cached_property
     def lut(self) -> np.ndarray:
-        """The (3, 256) table of rescaled, normalized values, built on first use: the fast table
-        is computed with torch's operators, which the chat stage (it reads only the family's
-        placeholder) must not import."""
+        """The (3, 256) table of what each byte becomes, built on first use: rescaled and
+        normalized float32 (the fast table is computed with torch's operators, which the chat
+        stage, reading only the family's placeholder, must not import), or with ``raw_pixels`` the
+        uint8 identity, so that the kernels copy the resized pixels as they are."""
+        if self.raw_pixels:
+            return np.ascontiguousarray(np.tile(np.arange(256, dtype=np.uint8), (3, 1)))
+        return self._table(self.do_rescale, self.do_normalize)
+
+    @functools.cached_property
+    def normalized_lut(self) -> np.ndarray:
+        """The float32 table of the model's own preprocessor config: what ``raw_pixels`` would have
+        been without ``mm_device_do_normalize`` (``normalize_raw``)."""
+        return self._table(*self._config_steps)
+
+    def _table(self, do_rescale: bool, do_normalize: bool) -> np.ndarray:
         kernels = _kernels()
         build = kernels.build_lut_fast if self.image_processor == "fast" else kernels.build_lut
-        return build(self.do_rescale, self.rescale_factor, self.do_normalize, self.image_mean, self.image_std)
+        return build(do_rescale, self.rescale_factor, do_normalize, self.image_mean, self.image_std)
+
+    @property
+    def pixel_dtype(self) -> type:
+        """``pixel_values``' dtype: uint8 with ``raw_pixels``, else float32."""
+        return np.uint8 if self.raw_pixels else np.float32
+
+    def normalize_raw(self, pixel_values: np.ndarray) -> np.ndarray:
+        """``raw_pixels``' uint8 ``pixel_values`` as float32, each byte through ``normalized_lut``:
+        bit for bit the tensor the setting off gives (what an engine without device normalization
+        needs)."""
+        raise UnsupportedMultiModalError(f"The {self.name} family's images are never sent unnormalized.")
 
     def resize(self, img: LoadedImage, height: int, width: int) -> np.ndarray:
         """``img`` resized to (height, width) by this processor's resampler, (H, W, 3) uint8."""
@@ -315,9 +348,14 @@ class Qwen2VLFamily(ImageFamily):
     allowed_kwargs = frozenset({"min_pixels", "max_pixels", "size"})
 
     def __init__(
-        self, model_dir: Path, pp: Mapping[str, Any], config: Mapping[str, Any], image_processor: str = "fast"
+        self,
+        model_dir: Path,
+        pp: Mapping[str, Any],
+        config: Mapping[str, Any],
+        image_processor: str = "fast",
+        mm_device_do_normalize: bool = False,
     ) -> None:
-        super().__init__(pp, image_processor)
+        super().__init__(pp, image_processor, mm_device_do_normalize)
         size = pp.get("size") or {}
         self.min_pixels = int(pp.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
         self.max_pixels = int(pp.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280)
@@ -393,7 +431,13 @@ class Qwen2VLFamily(ImageFamily):
 
     def empty_tensors(self) -> dict[str, np.ndarray]:
         dim = 3 * self.temporal_patch_size * self.patch_size**2
-        return {"pixel_values": np.zeros((0, dim), np.float32), "image_grid_thw": np.zeros((0, 3), np.int64)}
+        return {"pixel_values": np.zeros((0, dim), self.pixel_dtype), "image_grid_thw": np.zeros((0, 3), np.int64)}
+
+    def normalize_raw(self, pixel_values: np.ndarray) -> np.ndarray:
+        # Columns are (channel, temporal, patch_h, patch_w): each channel's third through its row.
+        rows = np.asarray(pixel_values, np.uint8).reshape(len(pixel_values), 3, -1)
+        table = self.normalized_lut
+        return np.stack([table[c][rows[:, c]] for c in range(3)], axis=1).reshape(len(pixel_values), -1)
 
     def collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
         if not processed:
@@ -442,8 +486,9 @@ class PixtralFamily(ImageFamily):
         config: Mapping[str, Any],
         processor_config: Mapping[str, Any],
         image_processor: str = "fast",
+        mm_device_do_normalize: bool = False,
     ) -> None:
-        super().__init__(pp, image_processor)
+        super().__init__(pp, image_processor, mm_device_do_normalize)
         patch = pp.get("patch_size", (config.get("vision_config") or {}).get("patch_size", 16))
         self.patch_h, self.patch_w = (
             (int(patch["height"]), int(patch["width"])) if isinstance(patch, Mapping) else (int(patch), int(patch))
@@ -513,7 +558,7 @@ class PixtralFamily(ImageFamily):
         return ProcessedImage(pv, (h, w), self.tokens_for(h, w), 0, _nbytes(pv))
 
     def empty_tensors(self) -> dict[str, np.ndarray]:
-        return {"pixel_values": np.zeros((0, 3, 0, 0), np.float32), "image_sizes": np.zeros((0, 2), np.int64)}
+        return {"pixel_values": np.zeros((0, 3, 0, 0), self.pixel_dtype), "image_sizes": np.zeros((0, 2), np.int64)}
 
     def collate(self, processed: list[ProcessedImage]) -> dict[str, Any]:
         # Images of different sizes in one zero-padded batch, each in its top-left corner.
@@ -526,11 +571,11 @@ class PixtralFamily(ImageFamily):
             return {"pixel_values": pvs[0][None], "image_sizes": sizes}
         mh, mw = int(sizes[:, 0].max()), int(sizes[:, 1].max())
         if on_cpu:
-            pv = np.zeros((len(pvs), 3, mh, mw), dtype=np.float32)
+            pv = np.zeros((len(pvs), 3, mh, mw), dtype=pvs[0].dtype)
         else:
             import torch
 
-            pv = torch.zeros((len(pvs), 3, mh, mw), dtype=torch.float32, device=pvs[0].device)
+            pv = torch.zeros((len(pvs), 3, mh, mw), dtype=pvs[0].dtype, device=pvs[0].device)
         for j, (x, (h, w)) in enumerate(zip(pvs, sizes)):
             pv[j, :, :h, :w] = x
         return {"pixel_values": pv, "image_sizes": sizes}

@@ -123,17 +123,18 @@ def _patchify_qwen_nb(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, 
 
 
 def normalize_chw(img: np.ndarray, lut: np.ndarray) -> np.ndarray:
-    """(H, W, 3) uint8 -> (3, H, W) float32 through the table (Pixtral's ``pixel_values`` item)."""
+    """(H, W, 3) uint8 -> (3, H, W) through the table, in its dtype (Pixtral's ``pixel_values`` item)."""
     h, w, c = img.shape
     if not NUMBA_AVAILABLE:
         return np.ascontiguousarray(lut[np.arange(c)[:, None, None], np.moveaxis(img, -1, 0)])
-    out = np.empty((c, h, w), dtype=np.float32)
+    out = np.empty((c, h, w), dtype=lut.dtype)
     _normalize_chw_nb(np.ascontiguousarray(img), lut, out)
     return out
 
 
 def patchify_qwen(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temporal: int) -> np.ndarray:
-    """(H, W, 3) uint8 -> (grid_h*grid_w, 3*temporal*patch*patch) float32, Qwen2-VL's layout.
+    """(H, W, 3) uint8 -> (grid_h*grid_w, 3*temporal*patch*patch) in the table's dtype (float32, or
+    uint8 for the identity table of ``raw_pixels``), Qwen2-VL's layout.
 
     Rows are ordered (block_h, block_w, merge_h, merge_w), columns (channel, temporal, patch_h,
     patch_w); a still image repeats its frame over the temporal axis, as the HF processor does.
@@ -146,7 +147,7 @@ def patchify_qwen(img: np.ndarray, lut: np.ndarray, patch: int, merge: int, temp
         p = p.transpose(1, 4, 2, 5, 0, 3, 6)[:, :, :, :, :, None]
         p = np.broadcast_to(p, (*p.shape[:5], temporal, patch, patch))
         return np.ascontiguousarray(p.reshape(gh * gw, c * temporal * patch * patch))
-    out = np.empty((gh * gw, c * temporal * patch * patch), dtype=np.float32)
+    out = np.empty((gh * gw, c * temporal * patch * patch), dtype=lut.dtype)
     _patchify_qwen_nb(np.ascontiguousarray(img), lut, patch, merge, temporal, out)
     return out
 

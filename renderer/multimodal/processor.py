@@ -39,6 +39,7 @@ from ..errors import (
     UnsupportedMultiModalError,
 )
 from ..media_defaults import DEFAULT_IMAGE_DECODE_DEVICE, DEFAULT_IMAGE_PROCESSOR
+from ..flags import parse_flag
 from ..model_info import config_number
 from ..params import LengthLimit
 from . import devices
@@ -78,7 +79,8 @@ class MultiModalOutput:
     or ``"cpu:0"``, the device path's torch code on the CPU):
 
     * Qwen2-VL: ``pixel_values`` float32 [total_patches, 3 * temporal_patch_size * patch**2]
-      (items concatenated in order, as ``Qwen2VLImageProcessor`` returns them);
+      (items concatenated in order, as ``Qwen2VLImageProcessor`` returns them; uint8, the resized
+      pixels, with ``mm_device_do_normalize``);
       ``image_grid_thw`` int64 [num_images, 3]; ``image_sizes`` None.
     * Pixtral: ``pixel_values`` float32 [num_images, 3, max_H, max_W], each image at the top-left
       and zero-padded (HF's ``do_pad`` batch; ``pixel_values[i, :, :h, :w]`` is image i);
@@ -160,11 +162,13 @@ class MultiModalProcessor:
         device: str = "cpu",
         image_processor: str = DEFAULT_IMAGE_PROCESSOR,
         decode_device: str = DEFAULT_IMAGE_DECODE_DEVICE,
+        mm_device_do_normalize: bool = False,
     ) -> "MultiModalProcessor":
         """The processor a model folder's ``config.json`` / ``preprocessor_config.json`` call for,
         resizing and normalizing as ``image_processor`` says ("fast" or "slow", see ``families``),
-        on ``device``, decoding JPEG images on ``decode_device`` ("cpu" or "cuda", see ``devices``)."""
-        family = load_family(model_dir, image_processor)
+        on ``device``, decoding JPEG images on ``decode_device`` ("cpu" or "cuda", see ``devices``),
+        with uint8 ``pixel_values`` where ``mm_device_do_normalize`` applies (``families``)."""
+        family = load_family(model_dir, image_processor, mm_device_do_normalize)
         return cls(family, limits=limits, cache_bytes=cache_bytes, device=device, decode_device=decode_device)
 
     @classmethod
@@ -179,6 +183,7 @@ class MultiModalProcessor:
             device=params.get(sp.DEVICE) or "cpu",
             image_processor=params.get(sp.IMAGE_PROCESSOR) or DEFAULT_IMAGE_PROCESSOR,
             decode_device=params.get(sp.DECODE_DEVICE) or DEFAULT_IMAGE_DECODE_DEVICE,
+            mm_device_do_normalize=parse_flag(params.get(sp.MM_DEVICE_DO_NORMALIZE) or ""),
         )
 
     # --- what other stages need to know ---------------------------------------------------------

@@ -40,18 +40,22 @@ def detect_family(model_dir: str | Path) -> str | None:
     return None
 
 
-def load_family(model_dir: str | Path, image_processor: str = DEFAULT_IMAGE_PROCESSOR) -> ImageFamily:
+def load_family(
+    model_dir: str | Path, image_processor: str = DEFAULT_IMAGE_PROCESSOR, mm_device_do_normalize: bool = False
+) -> ImageFamily:
     """The configured family for a model folder, processing as ``image_processor`` ("fast": the
-    torchvision-based HF processor vLLM gets on a standard install; "slow": the PIL-based one);
-    refuses folders no family supports."""
+    torchvision-based HF processor vLLM gets on a standard install; "slow": the PIL-based one),
+    leaving pixels unnormalized for the engine where ``mm_device_do_normalize`` applies to the
+    family; refuses folders no family supports."""
     d = Path(model_dir)
     name = detect_family(d)
     config: dict[str, Any] = read_json_object(d / "config.json")
     pp = read_json_object(d / "preprocessor_config.json")
     if name == "qwen2_vl":
-        return Qwen2VLFamily(d, pp, config, image_processor)
+        return Qwen2VLFamily(d, pp, config, image_processor, mm_device_do_normalize)
     if name == "pixtral":
-        return PixtralFamily(d, pp, config, read_json_object(d / "processor_config.json"), image_processor)
+        processor_config = read_json_object(d / "processor_config.json")
+        return PixtralFamily(d, pp, config, processor_config, image_processor, mm_device_do_normalize)
     raise UnsupportedMultiModalError(
         f"The model in {d} has no supported image processor (model_type {config.get('model_type')!r}); "
         f"supported families: {', '.join(SUPPORTED)}."

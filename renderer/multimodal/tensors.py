@@ -8,6 +8,7 @@ what the adapters send against the rendered configs. Layouts are described on ``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -29,14 +30,30 @@ FAMILY_IMAGE_TENSORS: dict[str, tuple[TensorSpec, ...]] = {
 }
 
 
-def image_tensors(family: str) -> tuple[TensorSpec, ...]:
-    """The image tensors of ``family``, in the order the configs list them."""
+DEVICE_NORMALIZED_FAMILIES = frozenset({"qwen2_vl"})
+"""The families whose vLLM models normalize images themselves (vLLM's
+``supports_mm_device_do_normalize``: qwen2_vl.py and qwen2_5_vl.py; Llava, Pixtral's, does not)."""
+
+
+def raw_pixels(family: str, mm_device_do_normalize: bool) -> bool:
+    """Whether ``family``'s ``pixel_values`` travel as the resized uint8 pixels, for the engine to
+    rescale and normalize: vLLM's ``mm_device_do_normalize``, which vLLM turns off (with a warning)
+    for a model that cannot normalize on the device, as this does."""
+    return mm_device_do_normalize and family in DEVICE_NORMALIZED_FAMILIES
+
+
+def image_tensors(family: str, raw: bool = False) -> tuple[TensorSpec, ...]:
+    """The image tensors of ``family``, in the order the configs list them; ``raw``
+    (``raw_pixels``): ``pixel_values`` uint8."""
     specs = FAMILY_IMAGE_TENSORS.get(family)
     if specs is None:
         raise UnsupportedMultiModalError(
             f"No image tensors are defined for family {family!r}; families: {', '.join(FAMILY_IMAGE_TENSORS)}."
         )
-    return specs
+    if not raw:
+        return specs
+    note = " uint8, unrescaled and unnormalized: the engine normalizes them (MM_DEVICE_DO_NORMALIZE)."
+    return tuple(replace(t, dtype="TYPE_UINT8", doc=t.doc + note) if t.name == "pixel_values" else t for t in specs)
 
 
 ITEM_TENSOR_SPECS: tuple[TensorSpec, ...] = (

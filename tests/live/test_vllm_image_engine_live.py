@@ -6,7 +6,10 @@ recorded by ``tests/fixtures/vllm/record_vllm_image_chat.py`` (``image_chat.json
 through this project's code). Here the server renders and tokenizes the chat, ``mm_process`` decodes,
 processes and hashes the images, and ``llm`` hands the tensors to vLLM's ``AsyncLLM`` as its own
 ``MultiModalInput``. Greedy ids and text must equal the oracle over gRPC and HTTP, streamed and not,
-and through the OpenAI front; the tritonserver stays the same process throughout. The second send of
+and through the OpenAI front; the tritonserver stays the same process throughout. Both servers run as
+vLLM does by default, ``MM_DEVICE_DO_NORMALIZE`` on: Qwen2-VL's pixels reach the engine as uint8 and
+vLLM's model normalizes them (the stand-in through the processor's table), Pixtral's stay float32
+(vLLM's Llava cannot normalize on the device), so the float32 hand-over to vLLM runs on Pixtral. The second send of
 an image (mm_process's cache, vLLM's encoder cache keyed by ``mm_hashes``) is timed and reported, not
 asserted. The stand-in serves the same requests on the same weights: its greedy ids are compared too.
 
@@ -102,6 +105,7 @@ def settings_for(server_settings, tmp_path_factory, family: str, engine: str):
         metrics_port=port + 2,
         openai_port=port + 3 if engine == "vllm" else 0,
         startup_timeout_s=900,
+        mm_device_do_normalize=True,
         # The session's 6 MB input cap is for the render tests; several images' patches exceed it.
         max_input_bytes=Settings().max_input_bytes,
     )
@@ -155,13 +159,22 @@ def test_image_chats_on_vllms_engine_answer_as_vllm_alone(vllm_server, cases, pr
     assert not mismatches, describe(mismatches)
 
 
-def test_the_expanded_prompt_is_vllms(vllm_server, cases):
-    """render_chat's ids (placeholders expanded by mm_process) are the prompt vLLM's LLM.chat ran."""
+def test_the_expanded_prompt_is_vllms(vllm_server, cases, family):
+    """render_chat's ids (placeholders expanded by mm_process) are the prompt vLLM's LLM.chat ran,
+    and its pixel_values have the dtype vLLM's own render server sends for the family."""
+    import numpy as np
+
+    dtype = np.uint8 if family == "qwen2_vl" else np.float32
+    wrong, dtypes = [], set()
     with RendererClient(f"{vllm_server.host}:{vllm_server.grpc_port}", "grpc") as c:
-        wrong = [
-            r["name"] for r, messages, want in cases if c.render_chat(messages).input_ids != want["prompt_token_ids"]
-        ]
+        for r, messages, want in cases:
+            rendered = c.render_chat(messages)
+            if rendered.input_ids != want["prompt_token_ids"]:
+                wrong.append(r["name"])
+            if "pixel_values" in rendered.outputs and len(rendered.outputs["pixel_values"]):
+                dtypes.add(rendered.outputs["pixel_values"].dtype)
     assert not wrong, wrong
+    assert dtypes == {np.dtype(dtype)}, dtypes
 
 
 def front_post(s, body: dict) -> tuple[int, bytes]:

@@ -396,3 +396,21 @@ def test_images_against_vllms_render_server_are_columns_and_a_target() -> None:
     assert "vLLM render server" not in "\n".join(report.mm_section(plain))
     plain_targets = "\n".join(report.sections.lean_targets_section(plain))
     assert "render-only server PSS after load" in plain_targets and "image chat" not in plain_targets
+
+
+def test_the_image_targets_judge_the_form_vllm_sends() -> None:
+    """Qwen2-VL served both ways: the float32 row is shown, labelled, and left out of the targets,
+    which judge the uint8 row (what vLLM's render server sends by default) and Pixtral's."""
+    res = _res()
+    res["mm"]["vllm_peer"] = "0.32.0"
+    uint8 = dict(res["mm"]["rows"][0], triton_miss_ms=9.0)
+    res["mm"]["rows"].insert(1, uint8)
+    res["mm"]["rows"][0].update(pixel_values="float32", as_vllm_sends=False)
+    res["mm"]["rows"][1].update(pixel_values="uint8", as_vllm_sends=True)
+    res["mm"]["rows"][2].update(pixel_values="float32", as_vllm_sends=True)
+    for row, miss in zip(res["mm"]["rows"], (3.0, 0.9, 0.8)):
+        row.update(vllm_miss_ms=10.0, vllm_hit_ms=10.0, miss_over_vllm=miss, hit_over_vllm=0.5)
+    mm = "\n".join(report.mm_section(res))
+    assert "| qwen2_vl (float32) | 640x480 |" in mm and "| qwen2_vl (uint8) | 640x480 |" in mm
+    targets = "\n".join(report.sections.lean_targets_section(res))
+    assert "(worst: qwen2_vl (uint8) 640x480) | 0.90 | met |" in targets

@@ -181,24 +181,37 @@ def test_family_variants_come_from_one_template():
         assert (TEMPLATES / model / "config.multimodal.pbtxt").exists(), model
 
 
+@pytest.mark.parametrize("device_normalize", [False, True])
 @pytest.mark.parametrize("family", ["qwen2_vl", "pixtral"])
-def test_one_template_renders_each_familys_image_tensors(tmp_path, family):
+def test_one_template_renders_each_familys_image_tensors(tmp_path, family, device_normalize):
+    """Every config that carries a family's image tensors declares them as its table does; with
+    MM_DEVICE_DO_NORMALIZE, Qwen2-VL's pixel_values are uint8 in all of them (the engine's input
+    included) and Pixtral's stay float32, as vLLM treats the two."""
     from tritonclient.grpc import model_config_pb2
 
     from launcher import cli as launch
     from launcher import repository
-    from renderer.multimodal.tensors import image_tensors
+    from renderer.multimodal.tensors import image_tensors, raw_pixels
     from tests.support.fake_triton import parse_config
 
-    s = replace(launch.Settings(), build_dir=str(tmp_path), mm_instance_kind="KIND_CPU")
+    s = replace(
+        launch.Settings(), build_dir=str(tmp_path), mm_instance_kind="KIND_CPU", mm_device_do_normalize=device_normalize
+    )
     repo = repository.render_repository(s, family)
-    want = {t.name: (t.dtype, list(t.dims)) for t in image_tensors(family)}
+    want = {t.name: (t.dtype, list(t.dims)) for t in image_tensors(family, raw_pixels(family, device_normalize))}
+    expected = "TYPE_UINT8" if device_normalize and family == "qwen2_vl" else "TYPE_FP32"
+    assert want["pixel_values"][0] == expected
+
+    def declared(model: str, kind: str) -> dict:
+        config = parse_config(repo / model / "config.pbtxt")
+        return {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in getattr(config, kind)}
+
     for model in ("mm_process", "render_chat"):
-        declared = {
-            t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims))
-            for t in parse_config(repo / model / "config.pbtxt").output
-        }
-        assert {n: declared.get(n) for n in want} == want, model
+        outputs = declared(model, "output")
+        assert {n: outputs.get(n) for n in want} == want, model
+    for model in ("llm", "detokenize"):
+        inputs = declared(model, "input")
+        assert {n: inputs.get(n) for n in want} == want, model
     chat = parse_config(repo / "chat" / "config.pbtxt")
     detokenize = next(step for step in chat.ensemble_scheduling.step if step.model_name == "detokenize")
     assert set(want) | {"mm_identifiers", "mm_placeholders"} <= set(detokenize.input_map)

@@ -33,7 +33,7 @@ from vllm_images import ARRAYS, CASES, MAX_FRACTION_OFF, META, PIXEL_ATOL, PLACE
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def ours(case: dict, model_dir: Path, image_processor: str = "fast"):
+def ours(case: dict, model_dir: Path, image_processor: str = "fast", mm_device_do_normalize: bool = False):
     """Our processor on the case's encoded image, with the prompt the fixture's ids collapse to."""
     fam = case["family"]
     ph = PLACEHOLDER[fam]
@@ -44,7 +44,9 @@ def ours(case: dict, model_dir: Path, image_processor: str = "fast"):
     prompt = ids[:first] + [ph] + ids[end:]
     data = ARRAYS["bytes/" + case["image"]].tobytes()
     url = "data:image/png;base64," + base64.b64encode(data).decode()
-    proc = MultiModalProcessor.from_model_dir(model_dir, cache_bytes=0, image_processor=image_processor)
+    proc = MultiModalProcessor.from_model_dir(
+        model_dir, cache_bytes=0, image_processor=image_processor, mm_device_do_normalize=mm_device_do_normalize
+    )
     return proc.process(prompt, [MultiModalItem("image", "image_url", url, None, 0, 0)], case["mm_processor_kwargs"])
 
 
@@ -104,3 +106,40 @@ def test_slow_processor_differs_by_resampling_only(key: str, model_dirs: dict[st
     got = got[0] if case["family"] == "pixtral" else got
     diff = np.abs(got.astype(np.float64) - reference_pixels(case))
     assert diff.max() <= case["fast_vs_slow"]["max_abs"] + PIXEL_ATOL + 1e-6
+
+
+@pytest.mark.parametrize("key", [k for k in CASES if CASES[k]["family"] == "qwen2_vl"])
+def test_device_normalize_sends_the_bytes_vllm_normalized(key: str, model_dirs: dict[str, Path]) -> None:
+    """MM_DEVICE_DO_NORMALIZE (vLLM's ``mm_device_do_normalize``): Qwen2-VL's ``pixel_values`` are
+    the resized uint8 pixels, in the same layout, which the model's own normalization (the table
+    of its preprocessor config, strictly increasing per channel, so the bytes are the only ones
+    that give it) turns into exactly the float32 of the setting off, and so into vLLM's recording
+    within the fixture's tolerance. Same ids and grid; another identity, so no cache entry of one
+    form is served for the other."""
+    from renderer.multimodal.registry import load_family
+
+    case = CASES[key]
+    d = model_dirs["qwen2_vl"]
+    raw = ours(case, d, mm_device_do_normalize=True)
+    normalized = ours(case, d)
+    assert raw.pixel_values.dtype == np.uint8 and normalized.pixel_values.dtype == np.float32
+    assert raw.input_ids == normalized.input_ids == case["expanded_ids"]
+    assert raw.image_grid_thw.tolist() == [case["grid"]]
+    assert raw.hashes != normalized.hashes
+    family = load_family(d, mm_device_do_normalize=True)
+    assert family.raw_pixels and (np.diff(family.normalized_lut, axis=1) > 0).all()
+    back = family.normalize_raw(raw.pixel_values)
+    assert back.dtype == np.float32 and np.array_equal(back, normalized.pixel_values)
+    diff = np.abs(back.astype(np.float64) - reference_pixels(case))
+    assert diff.max() <= PIXEL_ATOL + 1e-6, (key, diff.max())
+
+
+@pytest.mark.parametrize("key", [k for k in CASES if CASES[k]["family"] == "pixtral"][:2])
+def test_device_normalize_leaves_pixtral_float(key: str, model_dirs: dict[str, Path]) -> None:
+    """vLLM's Llava (Pixtral's) cannot normalize on the device, and vLLM turns the setting off for
+    it: float32 as without the setting, with the same identity."""
+    case = CASES[key]
+    d = model_dirs["pixtral"]
+    on, off = ours(case, d, mm_device_do_normalize=True), ours(case, d)
+    assert on.pixel_values.dtype == np.float32
+    assert np.array_equal(on.pixel_values, off.pixel_values) and on.hashes == off.hashes

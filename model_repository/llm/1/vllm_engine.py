@@ -40,6 +40,7 @@ from engines import trtllm_inputs, vllm_images
 from renderer import stage_params as sp
 from renderer.engine_tensors import ENGINE_OUTPUTS
 from renderer.errors import RenderError, UnsupportedInputError
+from renderer.flags import parse_flag
 from renderer.multimodal.tensors import identifiers_from_array
 from triton_io.outbox import ResponseOutbox
 
@@ -79,7 +80,10 @@ class VllmEngineModel:
         self._tokens_input, self._embeds_input = tokens_input, embeds_input
         self._SamplingParams, self._DELTA = SamplingParams, RequestOutputKind.DELTA
         self.family = params.get(sp.FAMILY, "")
-        images = vllm_images.engine_args(self.family, int(params[sp.LIMIT_MM_PER_PROMPT])) if self.family else {}
+        images = {}
+        if self.family:
+            device_normalize = parse_flag(params.get(sp.MM_DEVICE_DO_NORMALIZE) or "")
+            images = vllm_images.engine_args(self.family, int(params[sp.LIMIT_MM_PER_PROMPT]), device_normalize)
         engine_args = AsyncEngineArgs(
             model=params[sp.MODEL_DIR],
             dtype=params.get(sp.DTYPE) or "auto",

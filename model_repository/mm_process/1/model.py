@@ -27,7 +27,8 @@ class TritonPythonModel:
         # the launcher wrote them; a device setting that cannot run here refuses to load.
         self.processor = MultiModalProcessor.from_config(io.model_params(args))
         self.processor.warmup()  # compiles the numba kernels (and runs the device path once) before the first request
-        self.image_tensors = image_tensors(self.processor.family.name)
+        family = self.processor.family
+        self.image_tensors = image_tensors(family.name, family.raw_pixels)
         # The families must outlive their metrics: keep both.
         kind = pb_utils.MetricFamily.COUNTER
         self.hits_family = pb_utils.MetricFamily(
