@@ -2,10 +2,12 @@
 
 The server runs vLLM's ``AsyncLLM`` inside Triton behind the ``tensorrt_llm`` interface; the
 ensembles render, and the engine takes their ids (or prompt embeddings) as its own engine inputs.
-The reference is vLLM alone on the same model folder and request, in its own process
-(``tests/support/vllm_reference.py``): ``LLM.generate`` on the prompt text, ``LLM.chat`` on the messages
-(vLLM renders its template itself), ``LLM.generate`` on an ``EmbedsPrompt``. Token ids, text and
-finish must be the same, streamed and not.
+The oracle is vLLM alone on the same model folder and requests, recorded by
+``tests/fixtures/vllm/record_vllm_engine_text.py`` (``engine_text.json``; it never passes through this
+project's code): ``LLM.generate`` on the prompt text, ``LLM.chat`` on the messages (vLLM renders its
+template itself), ``LLM.generate`` on an ``EmbedsPrompt``. Token ids, text and finish must be the
+same, streamed and not. The recording names the vLLM version and the model's weights; where either
+differs from what is installed, the test fails saying to re-record.
 
 Needs vLLM's environment (``make engine-vllm``; ``.ci/run`` installs it). Without it these tests
 are skipped, saying so.
@@ -14,8 +16,6 @@ are skipped, saying so.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +25,6 @@ import ports
 from client import RendererClient, RequestError
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / "build" / "peer-venv" / "bin" / "python"
 
 pytestmark = [
     pytest.mark.live,
@@ -36,88 +35,41 @@ pytestmark = [
     ),
 ]
 
-COMPLETIONS = [
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "def fibonacci(n):",
-    "日本の首都は",
-    "Emoji story: 😀😃😄",
-    "1, 2, 3, 4,",
-]
-CHATS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You are a pirate."}, {"role": "user", "content": "Say hello."}],
-    [
-        {"role": "user", "content": "Count to five."},
-        {"role": "assistant", "content": "1, 2, 3, 4, 5."},
-        {"role": "user", "content": "Now backwards."},
-    ],
-    [{"role": "user", "content": [{"type": "text", "text": "Name a color."}, {"type": "text", "text": "Just one."}]}],
-    [{"role": "user", "content": "你好！请介绍一下你自己。"}],
-]
-SAMPLING = [
-    {},
-    {"stop": ["."], "include_stop_str_in_output": True},
-    {"stop": ["\n"], "min_tokens": 4},
-    {"temperature": 0.8, "top_p": 0.9, "seed": 7},
-    {"temperature": 1.0, "top_k": 20, "seed": 11, "repetition_penalty": 1.3},
-]
-MAX_TOKENS = 20
-EMBED_PROMPTS = ["The capital of France is", "A list of fruits:", "Dear Sir or Madam,"]
+FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "engine_text.json"
 
 
-def cases(tmp: Path) -> list[dict]:
-    """At least 20 requests: completions and chats under several sampling settings, and prompt embeddings."""
-    out = []
-    for i, prompt in enumerate(COMPLETIONS):
-        out.append({"kind": "completion", "prompt": prompt, "sampling": SAMPLING[i % len(SAMPLING)]})
-    for i, messages in enumerate(CHATS):
-        out.append({"kind": "chat", "messages": messages, "sampling": SAMPLING[(i + 2) % len(SAMPLING)]})
-    for messages in CHATS[:2]:
-        out.append({"kind": "chat", "messages": messages, "sampling": {"ignore_eos": True, "stop_token_ids": [30]}})
-    out.append(
-        {
-            "kind": "chat",
-            "messages": CHATS[0] + [{"role": "assistant", "content": "The capital"}],
-            "sampling": {},
-            "chat": {"add_generation_prompt": False, "continue_final_message": True},
-        }
-    )
-    for prompt in COMPLETIONS[:4]:
-        out.append({"kind": "completion", "prompt": prompt, "sampling": {"ignore_eos": True}})
-    for i, prompt in enumerate(EMBED_PROMPTS):
-        out.append({"kind": "embeds", "prompt": prompt, "embeds_file": str(tmp / f"embeds{i}.pt"), "sampling": {}})
-    return out
+def max_tokens() -> int:
+    return json.loads(FIXTURE.read_text())["max_tokens"]
+
+
+def installed_vllm() -> str:
+    return (ROOT / "build" / "peer-venv" / ".installed").read_text().strip()
 
 
 @pytest.fixture(scope="module")
-def requests_and_answers(model_dir, hf_tokenizer, tmp_path_factory):
-    """The cases, and vLLM's own answers to them (one vLLM process, started once)."""
-    import torch
-    from safetensors import safe_open
+def requests_and_answers(model_dir, tmp_path_factory):
+    """The recorded requests (embeddings written out as the files the client sends) and vLLM's answers."""
+    import base64
+    import hashlib
 
-    tmp = tmp_path_factory.mktemp("vllm-ref")
-    with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
-        table = f.get_tensor(next(k for k in f.keys() if k.endswith("embed_tokens.weight")))
-    for i, prompt in enumerate(EMBED_PROMPTS):
-        torch.save(table[hf_tokenizer(prompt).input_ids].clone(), tmp / f"embeds{i}.pt")
-    reqs = cases(tmp)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    run = subprocess.run(
-        [
-            str(VLLM_PYTHON),
-            str(ROOT / "tests" / "support" / "vllm_reference.py"),
-            str(model_dir),
-            str(tmp / "answers.json"),
-        ],
-        input=json.dumps([{**r, "sampling": {**r["sampling"], "max_tokens": MAX_TOKENS}} for r in reqs]),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
+    fixture = json.loads(FIXTURE.read_text())
+    assert fixture["vllm"] == installed_vllm(), (
+        f"{FIXTURE.name} was recorded with vLLM {fixture['vllm']}, build/peer-venv has {installed_vllm()}: "
+        "re-record with build/peer-venv/bin/python tests/fixtures/vllm/record_vllm_engine_text.py"
     )
-    assert run.returncode == 0, run.stderr[-4000:]
-    answers = json.loads((tmp / "answers.json").read_text())
+    weights = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert fixture["weights_sha256"] == weights, (
+        f"{FIXTURE.name} was recorded on other weights than {model_dir}: re-record (record_vllm_engine_text.py)"
+    )
+    tmp = tmp_path_factory.mktemp("vllm-embeds")
+    reqs = []
+    for i, r in enumerate(fixture["requests"]):
+        if r["kind"] == "embeds":
+            path = tmp / f"embeds{i}.pt"
+            path.write_bytes(base64.b64decode(r["embeds"]))
+            r = {**r, "embeds_file": str(path)}
+        reqs.append(r)
+    answers = fixture["answers"]
     assert len(reqs) >= 20 and len(answers) == len(reqs)
     return reqs, answers
 
@@ -155,7 +107,7 @@ def ask(c: RendererClient, r: dict, stream: bool):
                 "chat",
                 messages=r["messages"],
                 chat_params=chat or None,
-                max_tokens=MAX_TOKENS,
+                max_tokens=max_tokens(),
                 stream=stream,
                 sampling_params=sampling,
             )
@@ -165,14 +117,16 @@ def ask(c: RendererClient, r: dict, stream: bool):
             c.generate(
                 "completion",
                 prompt_embeds=Path(r["embeds_file"]).read_bytes(),
-                max_tokens=MAX_TOKENS,
+                max_tokens=max_tokens(),
                 stream=stream,
                 sampling_params=sampling,
             )
         )
     else:
         pieces = list(
-            c.generate("completion", prompt=r["prompt"], max_tokens=MAX_TOKENS, stream=stream, sampling_params=sampling)
+            c.generate(
+                "completion", prompt=r["prompt"], max_tokens=max_tokens(), stream=stream, sampling_params=sampling
+            )
         )
     return "".join(p.text for p in pieces), [i for p in pieces for i in p.output_ids]
 
@@ -202,7 +156,7 @@ def test_the_ensemble_front_on_vllms_engine(vllm_server, requests_and_answers):
                 "ensemble",
                 {
                     "text_input": np.array([[r["prompt"].encode()]], dtype=object),
-                    "max_tokens": np.array([[MAX_TOKENS]], np.int32),
+                    "max_tokens": np.array([[max_tokens()]], np.int32),
                     "exclude_input_in_output": np.array([[True]]),
                 },
             )
