@@ -7,6 +7,7 @@ holding only a tokenizer and a preprocessor config also works).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ from ..errors import UnsupportedMultiModalError
 from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
 from ..model_info import read_json_object
 from .families import ImageFamily, PixtralFamily, Qwen2VLFamily
+from .tensors import raw_pixels
+
+log = logging.getLogger(__name__)
 
 QWEN2_VL_MODEL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 QWEN2_VL_ARCHITECTURES = frozenset({"Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration"})
@@ -51,6 +55,9 @@ def load_family(
     name = detect_family(d)
     config: dict[str, Any] = read_json_object(d / "config.json")
     pp = read_json_object(d / "preprocessor_config.json")
+    if mm_device_do_normalize and name is not None and not raw_pixels(name, True):
+        # vLLM forces the setting off, with a warning, for a model that cannot normalize on the device.
+        log.warning("MM_DEVICE_DO_NORMALIZE: %s models normalize no images on the device; float32 pixel_values", name)
     if name == "qwen2_vl":
         return Qwen2VLFamily(d, pp, config, image_processor, mm_device_do_normalize)
     if name == "pixtral":

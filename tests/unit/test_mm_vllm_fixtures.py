@@ -135,11 +135,14 @@ def test_device_normalize_sends_the_bytes_vllm_normalized(key: str, model_dirs: 
 
 
 @pytest.mark.parametrize("key", [k for k in CASES if CASES[k]["family"] == "pixtral"][:2])
-def test_device_normalize_leaves_pixtral_float(key: str, model_dirs: dict[str, Path]) -> None:
+def test_device_normalize_leaves_pixtral_float(key: str, model_dirs: dict[str, Path], caplog) -> None:
     """vLLM's Llava (Pixtral's) cannot normalize on the device, and vLLM turns the setting off for
-    it: float32 as without the setting, with the same identity."""
+    it, saying so: float32 as without the setting, with the same identity."""
     case = CASES[key]
     d = model_dirs["pixtral"]
-    on, off = ours(case, d, mm_device_do_normalize=True), ours(case, d)
+    with caplog.at_level("WARNING", logger="renderer.multimodal.registry"):
+        on = ours(case, d, mm_device_do_normalize=True)
+    assert "MM_DEVICE_DO_NORMALIZE: pixtral models normalize no images on the device" in caplog.text
+    off = ours(case, d)
     assert on.pixel_values.dtype == np.float32
     assert np.array_equal(on.pixel_values, off.pixel_values) and on.hashes == off.hashes
