@@ -19,7 +19,7 @@ a fork of the stub, which has threads) under limits the kernel enforces, set bef
 The protocol is length-prefixed JSON both ways over a socket pair (nothing the worker sends is
 unpickled; ``MSG_NOSIGNAL`` means a dead worker cannot SIGPIPE the stub). The worker answers
 ``{"text"}`` or ``{"content_format"}``, or ``{"error", "message"}``; the parent re-raises only the
-``RenderError`` classes of ``renderer/errors.py``, by name. Anything else (a worker that died,
+``RenderError`` classes of ``renderer/errors/``, by name. Anything else (a worker that died,
 overran, ran out of memory or answered nonsense) is a named ``ChatTemplateWorkerError``. The
 worker is replaced after any limit error, and after a job that leaves its RSS above
 ``recycle_rss_mb``, so memory a template made it take goes back to the system.

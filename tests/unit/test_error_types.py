@@ -1,4 +1,4 @@
-"""Every named error type can be raised and renders a message: the renderer's (``renderer/errors.py``)
+"""Every named error type can be raised and renders a message: the renderer's (``renderer/errors/``)
 and the OpenAI front's own (``openai_front/errors.py``). Arguments are made from each constructor's
 annotations, so a new type with a constructor this cannot fill fails here, not at its first raise."""
 

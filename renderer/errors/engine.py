@@ -1,0 +1,61 @@
+"""The engines' rules: TensorRT-LLM inputs this server does not serve, decoupled-mode refusals, a
+batch row refused, and the engine's own refusals and faults.
+"""
+
+from __future__ import annotations
+
+from .base import RenderError, short
+from .params import InvalidParamsError
+
+
+class UnsupportedInputError(InvalidParamsError):
+    """A TensorRT-LLM input this server, or the engine behind it, does not serve."""
+
+    def __init__(self, name: str, why: str, value: object = None) -> None:
+        got = "" if value is None else f" (got {short(value)})"
+        super().__init__(f"Input '{name}' is not supported by this server: {why}{got}.", parameter=name)
+
+
+class EngineError(RenderError):
+    """The engine refused the request: its own message, a client error."""
+
+
+class StreamingNeedsDecoupledError(EngineError):
+    """A streamed request to an engine deployed without decoupled mode: TensorRT-LLM's words."""
+
+    prints_parameter = False
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Streaming is only supported if model is deployed using decoupled mode.", parameter="streaming"
+        )
+
+
+class BatchNeedsDecoupledEngineError(EngineError):
+    """A request of several rows for an engine deployed without decoupled mode: TensorRT-LLM's
+    words (its ``tensorrt_llm`` backend, ``createRequestsFromInputTensors`` in
+    ``inflight_batcher_llm/src/utils.cc``), which it sends as an internal error; a refusal of what
+    the client sent here, so a client error."""
+
+    prints_parameter = False
+
+    def __init__(self) -> None:
+        super().__init__("Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy")
+
+
+class BatchRowError(RenderError):
+    """One row of a batched request refused (``renderer/batch_rows.py``): the request's error,
+    naming the row as ``batch_index`` numbers it, then the row's own message (and its parameter)."""
+
+    prints_parameter = False
+
+    def __init__(self, row: int, rows: int, cause: RenderError) -> None:
+        super().__init__(f"Row {row} of the batch of {rows} (batch_index {row}): {cause}", parameter=cause.parameter)
+        self.row = row
+        """The refused row, counted from 0."""
+        self.cause = cause
+        """The row's own error."""
+
+
+class EngineFaultError(RuntimeError):
+    """The engine failed the request: an internal error, not the client's."""

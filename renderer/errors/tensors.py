@@ -1,0 +1,44 @@
+"""The tensor seam: what one Triton step hands the next (an absent input, a tensor of the wrong
+dtype or shape, a malformed hand-over tensor). ``renderer/`` raises these too, so they live here
+rather than in ``triton_io/``, which ``renderer/`` may not import.
+"""
+
+from __future__ import annotations
+
+from .base import RenderError
+
+
+class TensorError(RenderError):
+    """An input tensor has the wrong dtype, shape or batch size."""
+
+
+class MissingInputError(TensorError):
+    """A required input tensor is absent."""
+
+    def __init__(self, name: str, when: str = "") -> None:
+        super().__init__(f"Input '{name}' is required{' ' + when if when else ''}.", parameter=name)
+
+
+class MissingMaxTokensError(MissingInputError):
+    """A generation request without ``max_tokens``."""
+
+    def __init__(self) -> None:
+        super().__init__("max_tokens", "for generation")
+
+
+class TensorShapeError(TensorError):
+    """An input tensor of the wrong size or shape: what it must hold and what it held."""
+
+    def __init__(self, name: str, expected: str, got: object) -> None:
+        super().__init__(f"Input '{name}' must {expected}, got {got}.", parameter=name)
+
+
+class LengthLimitError(TensorError):
+    """The ``length_limit`` tensor ``tokenize`` hands on is not (max_total_tokens, max_output_tokens)."""
+
+
+class OutputParsingError(TensorError):
+    """The ``output_parsing`` tensor (``chat_render``'s instructions to ``detokenize``) is not one."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"Input 'output_parsing' {detail}.", parameter="output_parsing")
