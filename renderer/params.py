@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from .errors import (
+    PromptCharsTooLongError,
     FieldTypeError,
     InvalidParamsError,
     LengthLimitError,
@@ -130,12 +131,8 @@ class TokenizeParams:
                 max_chars = inp * max_chars_per_token
                 if len(text) > max_chars:
                     # Fail before tokenizing: no amount of tokenizer work can make it fit.
-                    raise PromptTooLongError(
-                        f"You passed {len(text)} input characters and requested "
-                        f"{self.max_output_tokens} output tokens. However, the model's context "
-                        f"length is only {self.max_total_tokens} tokens, resulting in a maximum "
-                        f"input length of {inp} tokens (at most {max_chars} characters). "
-                        f"Please reduce the length of the input prompt."
+                    raise PromptCharsTooLongError(
+                        len(text), self.max_output_tokens, self.max_total_tokens, inp, max_chars
                     )
             else:
                 max_chars = keep * max_chars_per_token
@@ -193,14 +190,7 @@ class TokenizeParams:
         inp = self.max_input_tokens
         if inp is None or n_tokens <= inp:
             return
-        total = self.max_output_tokens + n_tokens
-        raise PromptTooLongError(
-            f"This model's maximum context length is {self.max_total_tokens} tokens. However, "
-            f"you requested {self.max_output_tokens} output tokens and your prompt contains "
-            f"{'at least ' if at_least else ''}{n_tokens} input tokens, for a total of "
-            f"{'at least ' if at_least else ''}{total} tokens. Please reduce the length of the "
-            f"input prompt or the number of requested output tokens."
-        )
+        raise PromptTooLongError(self.max_total_tokens, self.max_output_tokens, n_tokens, at_least=at_least)
 
     @property
     def length_limit(self) -> "LengthLimit":
@@ -271,17 +261,12 @@ class LengthLimit:
         """The inverse of ``values``; refuses anything but two integers a ``TokenizeParams`` allows."""
         vals = [int(v) for v in values]
         if len(vals) != 2:
-            raise LengthLimitError(
-                f"Input 'length_limit' must hold 2 values (max_total_tokens, max_output_tokens), got {len(vals)}."
-            )
+            raise LengthLimitError(vals)
         total, out = vals
         if total == cls.NO_LIMIT:
             return cls(None, out)
         if total < 1 or not 0 <= out <= total:
-            raise LengthLimitError(
-                f"Input 'length_limit' must be (max_total_tokens >= 1 or -1, 0 <= max_output_tokens <= "
-                f"max_total_tokens), got {vals}."
-            )
+            raise LengthLimitError(vals)
         return cls(total, out)
 
     def check(self, n_tokens: int) -> None:

@@ -20,7 +20,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar, Union
 
-from .errors import EmbedsError, EmptyPromptError, NoPromptError, PromptTypeError, RenderError, TokenIdError
+from .errors import (
+    EmbedsError,
+    EmptyPromptError,
+    NoPromptError,
+    PromptTypeError,
+    RenderError,
+    TokenIdTypeError,
+    TokenIdRangeError,
+)
 from .model_info import ModelInfo
 from .params import TokenizeParams, request_tokenize_params
 from .prompts import (
@@ -238,14 +246,14 @@ class Renderer:
         hi = self.tokenizer.max_token_id
         for t in ids:
             if isinstance(t, bool) or not isinstance(t, int):
-                raise TokenIdError(f"Token ids must be integers, got {type(t).__name__} {t!r}.")
+                raise TokenIdTypeError(t)
             out.append(t)
         if out:
             lo_id, hi_id = min(out), max(out)
             if hi_id > hi:
-                raise TokenIdError(f"Token id {hi_id} is out of vocabulary (valid ids are 0 to {hi}).")
+                raise TokenIdRangeError(hi_id, hi)
             if lo_id < 0:
-                raise TokenIdError(f"Token id {lo_id} is out of vocabulary (valid ids are 0 to {hi}).")
+                raise TokenIdRangeError(lo_id, hi)
         return out
 
     # --- step 3 ----------------------------------------------------------------------------

@@ -17,18 +17,23 @@ import jinja2
 import jinja2.meta
 
 from ..errors import (
+    EmptyConversationError,
+    ContinueWithGenerationPromptError,
+    FinalMessageTypeError,
+    FinalMessageFieldError,
+    ContinueFieldNotInTemplateError,
+    NoTextToContinueError,
+    FinalMessageNotRenderedError,
     ChatTemplateLimitError,
     ChatTemplateRenderError,
     ChatTemplateResourceError,
     ChatTemplateSecurityError,
     ChatTemplateSyntaxError,
-    ContinueFinalMessageError,
-    InvalidMessagesError,
     InvalidParamsError,
     RenderError,
 )
 from ..json_fields import json_copy
-from .params import HF_CONFLICT_MESSAGE, TEMPLATE_CHOICE_KWARGS
+from .params import TEMPLATE_CHOICE_KWARGS
 from .sandbox import COMPILE_FAILURES, TemplateLimits, compile_error, compile_template, parse_template, render_text
 
 # Parameters of transformers' ``apply_chat_template`` (5.19, vLLM 0.32's): vLLM lets them through
@@ -55,7 +60,6 @@ HF_APPLY_PARAMS = frozenset(
     }
 )
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
-EMPTY_CONVERSATION_MESSAGE = "Cannot apply chat template to an empty conversation. Provide at least one message."
 # Kwargs that pass vLLM's filter but collide with what vLLM passes itself: Python refuses the call,
 # and vLLM answers with Python's words (naming its own functions).
 COLLIDING_KWARGS = {
@@ -113,9 +117,9 @@ def apply_chat_template(
     for name in HF_APPLY_PARAMS:
         kwargs.pop(name, None)
     if not conversation:
-        raise InvalidMessagesError(EMPTY_CONVERSATION_MESSAGE)
+        raise EmptyConversationError()
     if continue_final and add_generation_prompt:
-        raise ContinueFinalMessageError(HF_CONFLICT_MESSAGE)
+        raise ContinueWithGenerationPromptError()
     if documents is not None:
         _check_documents(documents)
 
@@ -125,7 +129,7 @@ def apply_chat_template(
         try:
             chat, final_text = _tag_final_message(json_copy(chat), chat_template, continue_final)
         except TypeError as e:  # a final text that is not a string: vLLM answers with Python's words
-            raise ContinueFinalMessageError(str(e)) from None
+            raise FinalMessageTypeError(str(e)) from None
 
     template = compile_template(chat_template)
     context = {
@@ -181,13 +185,9 @@ def _tag_final_message(
     key = field if isinstance(field, str) else "content"
     final = chat[-1].get(key)
     if final is None:
-        raise ContinueFinalMessageError(
-            f'continue_final_message is set but the final message has no "{key}" to continue!'
-        )
+        raise FinalMessageFieldError(key)
     if key not in chat_template:
-        raise ContinueFinalMessageError(
-            f'continue_final_message is set to "{key}" but this is not an accepted field in the chat_template'
-        )
+        raise ContinueFieldNotInTemplateError(key)
     last = chat[-1]
     if isinstance(final, (list, tuple)):
         for block in reversed(last[key]):
@@ -196,9 +196,7 @@ def _tag_final_message(
                 block["text"] = block["text"] + CONTINUE_TAG
                 break
         else:
-            raise ContinueFinalMessageError(
-                "continue_final_message is set but we could not find any text to continue in the final message!"
-            )
+            raise NoTextToContinueError()
     else:
         last[key] = last[key] + CONTINUE_TAG
     return chat, final
@@ -207,13 +205,7 @@ def _tag_final_message(
 def _cut_at_tag(text: str, final: str) -> str:
     tag = CONTINUE_TAG.strip()
     if final.strip() not in text or tag not in text:
-        raise ContinueFinalMessageError(
-            "continue_final_message is set but the final message does not appear in the chat after "
-            "applying the chat template! This can happen if the chat template deletes portions of "
-            "the final message. Please verify the chat template and final message in your chat to "
-            "ensure they are compatible."
-            f"Final message to continue: {final.strip()}\nRendered chat:\n{text}"
-        )
+        raise FinalMessageNotRenderedError(final.strip(), text)
     at = text.rindex(tag)
     if text[at : at + len(CONTINUE_TAG)] == CONTINUE_TAG:
         return text[:at]

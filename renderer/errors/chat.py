@@ -16,6 +16,21 @@ class InvalidMessagesError(ChatError):
     """``messages`` is not a non-empty list of well-formed OpenAI chat messages."""
 
 
+# transformers' own wording, which vLLM returns when add_generation_prompt was left at its default.
+_TRANSFORMERS_CONFLICT = (
+    "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message "
+    "when you want the model to continue the final message, and add_generation_prompt when you want "
+    "to add a header that will prompt it to start a new assistant message instead."
+)
+
+
+class EmptyConversationError(InvalidMessagesError):
+    """A conversation with no message left to render (transformers' words, as vLLM answers them)."""
+
+    def __init__(self) -> None:
+        super().__init__("Cannot apply chat template to an empty conversation. Provide at least one message.")
+
+
 class EmptyMessagesError(InvalidMessagesError):
     """``messages`` is absent or blank: there is no chat to render."""
 
@@ -45,11 +60,76 @@ class ChatRequestValidationError(InvalidMessagesError):
 
 
 class GenerationPromptConflictError(InvalidParamsError):
-    """``continue_final_message`` and ``add_generation_prompt`` both True."""
+    """``continue_final_message`` and ``add_generation_prompt`` both True: in vLLM's request
+    model's words when the request sent both (``sent``), else in transformers' words, which vLLM
+    returns when ``add_generation_prompt`` was left at its default."""
+
+    def __init__(self, sent: bool) -> None:
+        if sent:
+            super().__init__("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        else:
+            super().__init__(_TRANSFORMERS_CONFLICT)
 
 
 class ContinueFinalMessageError(ChatError):
-    """``continue_final_message`` cannot continue the final message (transformers' checks)."""
+    """``continue_final_message`` cannot continue the final message (transformers' checks). The
+    group: each way is a subclass that words its own message."""
+
+
+class ContinueWithGenerationPromptError(ContinueFinalMessageError):
+    """``continue_final_message`` with ``add_generation_prompt`` at the template's apply step
+    (transformers' words)."""
+
+    def __init__(self) -> None:
+        super().__init__(_TRANSFORMERS_CONFLICT)
+
+
+class FinalMessageTypeError(ContinueFinalMessageError):
+    """A final message whose text cannot take the continue tag; ``detail`` is Python's own
+    ``TypeError`` message, which vLLM answers with (free-form)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+
+
+class FinalMessageFieldError(ContinueFinalMessageError):
+    """The final message has no ``field`` (the one ``continue_final_message`` names, else
+    ``content``) to continue (transformers' words)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f'continue_final_message is set but the final message has no "{field}" to continue!')
+
+
+class ContinueFieldNotInTemplateError(ContinueFinalMessageError):
+    """``continue_final_message`` names a field the chat template never reads (transformers' words)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(
+            f'continue_final_message is set to "{field}" but this is not an accepted field in the chat_template'
+        )
+
+
+class NoTextToContinueError(ContinueFinalMessageError):
+    """A final message of content parts none of which holds text (transformers' words)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "continue_final_message is set but we could not find any text to continue in the final message!"
+        )
+
+
+class FinalMessageNotRenderedError(ContinueFinalMessageError):
+    """The rendered chat does not hold the final message to continue (transformers' words, which
+    run its two sentences together as transformers does)."""
+
+    def __init__(self, final: str, rendered: str) -> None:
+        super().__init__(
+            "continue_final_message is set but the final message does not appear in the chat after "
+            "applying the chat template! This can happen if the chat template deletes portions of "
+            "the final message. Please verify the chat template and final message in your chat to "
+            "ensure they are compatible."
+            f"Final message to continue: {final}\nRendered chat:\n{rendered}"
+        )
 
 
 class EmptyToolsError(InvalidParamsError):
@@ -130,7 +210,51 @@ class ToolChoiceWithoutToolsError(ToolChoiceError):
 
 class InvalidToolChoiceError(ToolChoiceError):
     """``tool_choice`` is neither "none", "auto", "required" nor a named function, or a named
-    function's ``function`` / ``name`` is malformed; vLLM's messages and parameter names."""
+    function's ``function`` / ``name`` is malformed; vLLM's messages and parameter names. The
+    group: each way is a subclass that words its own message."""
+
+    correct_usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+    """The example vLLM appends to a malformed named function."""
+
+
+class ToolChoiceValueError(InvalidToolChoiceError):
+    """``tool_choice`` a string other than "none", "auto" or "required", or not a string at all."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(
+            f'Invalid value for `tool_choice`: {value}! Only named tools, "none", "auto" or "required" are supported.',
+            parameter="tool_choice",
+        )
+
+
+class ToolChoiceFunctionError(InvalidToolChoiceError):
+    """A named ``tool_choice`` whose ``function`` is not an object."""
+
+    def __init__(self, function: object) -> None:
+        super().__init__(
+            f"Invalid value for `function`: `{function}` in `tool_choice`! {self.correct_usage}",
+            parameter="tool_choice.function",
+        )
+
+
+class ToolChoiceNameMissingError(InvalidToolChoiceError):
+    """A named ``tool_choice`` whose ``function`` has no ``name``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"Expected field `name` in `function` in `tool_choice`! {self.correct_usage}",
+            parameter="tool_choice.function.name",
+        )
+
+
+class ToolChoiceNameError(InvalidToolChoiceError):
+    """A named ``tool_choice`` whose ``name`` is not a non-empty string."""
+
+    def __init__(self, name: object) -> None:
+        super().__init__(
+            f"Invalid `name` in `function`: `{name}` in `tool_choice`! {self.correct_usage}",
+            parameter="tool_choice.function.name",
+        )
 
 
 class UnknownToolChoiceError(ToolChoiceError):

@@ -5,6 +5,7 @@ batch row refused, and the engine's own refusals and faults.
 from __future__ import annotations
 
 from .base import RenderError, short
+from .tensors import TensorError
 from .params import InvalidParamsError
 
 
@@ -14,6 +15,25 @@ class UnsupportedInputError(InvalidParamsError):
     def __init__(self, name: str, why: str, value: object = None) -> None:
         got = "" if value is None else f" (got {short(value)})"
         super().__init__(f"Input '{name}' is not supported by this server: {why}{got}.", parameter=name)
+
+
+class DeclaredLengthError(TensorError):
+    """A TensorRT-LLM length input (``input_lengths``, ``decoder_input_lengths``,
+    ``prompt_vocab_size``) that does not match what it counts: ``counted`` is how many there are
+    and what they are (``"ids given"``, ``"rows of prompt_embedding_table"``)."""
+
+    def __init__(self, name: str, declared: int, actual: int, counted: str) -> None:
+        super().__init__(f"{name}={declared} does not match the {actual} {counted}.", parameter=name)
+
+
+class InputIdsRangeError(TensorError):
+    """TensorRT-LLM ``input_ids`` outside the vocabulary where no ``prompt_embedding_table`` gives
+    the ids past it a meaning."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__(
+            f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.", parameter="input_ids"
+        )
 
 
 class EngineError(RenderError):

@@ -33,8 +33,28 @@ class TensorShapeError(TensorError):
         super().__init__(f"Input '{name}' must {expected}, got {got}.", parameter=name)
 
 
+class InputUTF8Error(TensorError):
+    """A text input tensor whose bytes are not UTF-8."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Input '{name}' is not valid UTF-8.", parameter=name)
+
+
 class LengthLimitError(TensorError):
-    """The ``length_limit`` tensor ``tokenize`` hands on is not (max_total_tokens, max_output_tokens)."""
+    """The ``length_limit`` tensor ``tokenize`` hands on is not (max_total_tokens, max_output_tokens):
+    not two values, or two that no ``TokenizeParams`` allows."""
+
+    def __init__(self, values: list[int]) -> None:
+        if len(values) != 2:
+            message = (
+                f"Input 'length_limit' must hold 2 values (max_total_tokens, max_output_tokens), got {len(values)}."
+            )
+        else:
+            message = (
+                "Input 'length_limit' must be (max_total_tokens >= 1 or -1, 0 <= max_output_tokens <= "
+                f"max_total_tokens), got {values}."
+            )
+        super().__init__(message)
 
 
 class OutputParsingError(TensorError):

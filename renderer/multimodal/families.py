@@ -411,9 +411,7 @@ class Qwen2VLFamily(ImageFamily):
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """transformers' ``smart_resize`` (Qwen2-VL), same arithmetic and the same refusal."""
     if max(height, width) / min(height, width) > 200:
-        raise ImageAspectRatioError(
-            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
-        )
+        raise ImageAspectRatioError(max(height, width) / min(height, width))
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:

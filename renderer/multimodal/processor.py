@@ -330,11 +330,7 @@ class MultiModalProcessor:
             if it.data is None:
                 cached = self.cache.get(key)
                 if cached is None:
-                    raise MultiModalCacheMissError(
-                        f"multi_modal_data['image'][{i}] is empty and multi_modal_uuids['image'][{i}]="
-                        f"{it.uuid!r} is not in the processor cache (never sent, or evicted); send the "
-                        "image data with that uuid again."
-                    )
+                    raise MultiModalCacheMissError(i, it.uuid)
                 return cached, key, True
             value, hit = self.cache.get_or_process(
                 key, lambda: fam.process(load_image(it.data, self.limits, self.decode_on), kwargs, device)

@@ -1,28 +1,447 @@
-"""Every named error type can be raised and renders a message: the renderer's (``renderer/errors/``)
-and the OpenAI front's own (``openai_front/errors.py``). Arguments are made from each constructor's
-annotations, so a new type with a constructor this cannot fill fails here, not at its first raise."""
+"""Every named error type can be raised and renders its message.
+
+The renderer's (``renderer/errors/``, one module per domain) and the Triton seam's own
+(``triton_io/errors.py``) are held to a table: each class has an example made of the facts its
+constructor takes and the exact message those facts give, so a change of wording shows here, and a
+new class without an example fails until one is added. The group classes whose subclasses word the
+messages take a free-form message; their example only has to come back in it. The OpenAI front's
+own errors (``openai_front/errors.py``) are made from each constructor's annotations.
+"""
 
 from __future__ import annotations
 
 import inspect
+import pkgutil
 import typing
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 import openai_front.errors as front_errors
 import renderer.errors as render_errors
-from renderer.errors import RenderError
+import triton_io.errors as seam_errors
+from renderer.errors import MaxTokensError, RenderError
+
+PACKAGES = (render_errors, seam_errors)
 
 
-def _types() -> list[type[Exception]]:
-    found: dict[str, type[Exception]] = {}
-    for module in (render_errors, front_errors):
-        for name, obj in vars(module).items():
-            if inspect.isclass(obj) and issubclass(obj, Exception) and obj.__module__ == module.__name__:
-                found[f"{module.__name__}.{name}"] = obj
-    return [found[k] for k in sorted(found)]
+def _defined_in(module: Any) -> dict[str, type[BaseException]]:
+    """The error classes ``module`` (a module, or a package and its modules) defines itself."""
+    found = {}
+    for name in dir(module):
+        obj = getattr(module, name)
+        if (
+            not name.startswith("_")
+            and inspect.isclass(obj)
+            and issubclass(obj, BaseException)
+            and obj.__module__.startswith(module.__name__)
+        ):
+            found[name] = obj
+    return found
 
+
+ERRORS: dict[str, type[BaseException]] = {n: c for m in PACKAGES for n, c in _defined_in(m).items()}
+
+
+@dataclass(frozen=True)
+class Example:
+    """The facts one error class is raised with, and the message they must give."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    expect: str | None = None
+    """The whole message; None for a free-form message, which must then hold each argument."""
+
+
+def said(*args: Any, expect: str | None = None, **kwargs: Any) -> Example:
+    return Example(args, kwargs, expect)
+
+
+EXAMPLES: dict[str, Example] = {
+    "AutoToolChoiceDisabledError": said(
+        expect='"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    ),
+    "AutoToolChoiceWithoutParserError": said(expect="Error: --enable-auto-tool-choice requires --tool-call-parser"),
+    "Base64DigitError": said(expect="Non-base64 digit found"),
+    "BatchNeedsDecoupledEngineError": said(
+        expect="Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy"
+    ),
+    "BatchRowError": said(
+        1,
+        3,
+        MaxTokensError(0),
+        expect="Row 1 of the batch of 3 (batch_index 1): max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+    ),
+    "CacheSaltError": said("the refusal's own words"),
+    "CacheSaltLengthError": said(300, 256, expect="cache_salt must be at most 256 characters, got 300."),
+    "ChatError": said("the refusal's own words"),
+    "ChatRequestValidationError": said("the refusal's own words"),
+    "ChatTemplateError": said("the refusal's own words"),
+    "ChatTemplateLimitError": said("the refusal's own words"),
+    "ChatTemplateLiteralError": said("the refusal's own words"),
+    "ChatTemplateNestingError": said("the refusal's own words"),
+    "ChatTemplateRenderError": said("the refusal's own words"),
+    "ChatTemplateResolutionError": said("the refusal's own words"),
+    "ChatTemplateResourceError": said("the refusal's own words"),
+    "ChatTemplateSecurityError": said("the refusal's own words"),
+    "ChatTemplateSizeError": said("the refusal's own words"),
+    "ChatTemplateSyntaxError": said("the refusal's own words"),
+    "ChatTemplateTimeoutError": said("the refusal's own words"),
+    "ChatTemplateWorkerCrashError": said("the refusal's own words"),
+    "ChatTemplateWorkerError": said("the refusal's own words"),
+    "ContentPartError": said("the refusal's own words"),
+    "ContinueFieldNotInTemplateError": said(
+        "reasoning_content",
+        expect='continue_final_message is set to "reasoning_content" but this is not an accepted field in the chat_template',
+    ),
+    "ContinueFinalMessageError": said("the refusal's own words"),
+    "ContinueWithGenerationPromptError": said(
+        expect="continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you want the model to continue the final message, and add_generation_prompt when you want to add a header that will prompt it to start a new assistant message instead."
+    ),
+    "DataURLEncodingError": said(expect="Only base64 data URLs are supported for now."),
+    "DataURLSeparatorError": said(
+        "data:image/png;base64iVBORw0KGgoAAAANSUhEUg",
+        expect="Invalid data URL 'data:image/png;base64iVBORw0KGgo': missing ',' separator.",
+    ),
+    "DeclaredLengthError": said(
+        "input_lengths",
+        5,
+        4,
+        "ids given",
+        expect="input_lengths=5 does not match the 4 ids given. (parameter=input_lengths)",
+    ),
+    "DecoderStartTokenError": said(expect="Cannot find decoder start token id or <BOS>"),
+    "EmbedsError": said("the refusal's own words"),
+    "EmptyCacheSaltError": said(expect="cache_salt must be a non-empty string."),
+    "EmptyConversationError": said(
+        expect="Cannot apply chat template to an empty conversation. Provide at least one message."
+    ),
+    "EmptyImageError": said(0, 16, expect="The image has an empty size 0x16."),
+    "EmptyMessagesError": said(expect="messages is empty: send a JSON array of chat messages."),
+    "EmptyPromptError": said("encoder", expect="The encoder prompt cannot be empty"),
+    "EmptyStopStringError": said(expect="stop cannot contain an empty string."),
+    "EmptyToolsError": said("the refusal's own words"),
+    "EncoderDecoderError": said("the refusal's own words"),
+    "EncoderDecoderFormsError": said(
+        "decoder", expect="Only one of decoder_prompt or decoder_prompt_token_ids may be provided."
+    ),
+    "EncoderPromptMissingError": said(expect="Either encoder_prompt or encoder_prompt_token_ids must be provided."),
+    "EngineError": said("the refusal's own words"),
+    "EngineFaultError": said("engine 'vllm': CUDA out of memory", expect="engine 'vllm': CUDA out of memory"),
+    "FieldTypeError": said(
+        "sampling_params",
+        "temperature",
+        "a number",
+        "hot",
+        expect="sampling_params.temperature must be a number, got str 'hot'. (parameter=temperature)",
+    ),
+    "FinalMessageFieldError": said(
+        "content", expect='continue_final_message is set but the final message has no "content" to continue!'
+    ),
+    "FinalMessageNotRenderedError": said(
+        "Once upon",
+        "<|user|>Hi<|assistant|>",
+        expect="continue_final_message is set but the final message does not appear in the chat after applying the chat template! This can happen if the chat template deletes portions of the final message. Please verify the chat template and final message in your chat to ensure they are compatible.Final message to continue: Once upon\nRendered chat:\n<|user|>Hi<|assistant|>",
+    ),
+    "FinalMessageTypeError": said(
+        'can only concatenate list (not "str") to list', expect='can only concatenate list (not "str") to list'
+    ),
+    "ForcedToolChoiceUnavailableError": said(
+        '"required"',
+        expect='tool_choice="required" is not served: vLLM forces the call with structured outputs and this server\'s engines take no guided decoding; send tool_choice "auto" (parameter=tool_choice)',
+    ),
+    "GenerationPromptConflictError": said(
+        True, expect="Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+    ),
+    "ImageAspectRatioError": said(250.0, expect="absolute aspect ratio must be smaller than 200, got 250.0"),
+    "ImageBombError": said(
+        "Image size (200000000 pixels) exceeds limit of 178956970 pixels, could be decompression bomb DOS attack.",
+        expect="Image size (200000000 pixels) exceeds limit of 178956970 pixels, could be decompression bomb DOS attack.",
+    ),
+    "ImageDecodeError": said("image file is truncated", expect="Failed to load image: image file is truncated"),
+    "ImageDecoderUnavailableError": said(
+        "ModuleNotFoundError: No module named 'torchvision'",
+        expect="IMAGE_DECODE_DEVICE=cuda decodes JPEG images with torchvision.io.decode_jpeg, which cannot be imported here (ModuleNotFoundError: No module named 'torchvision'); install torchvision beside torch, or set IMAGE_DECODE_DEVICE=cpu (Pillow, as vLLM decodes).",
+    ),
+    "ImageDeviceError": said(
+        "IMAGE_DEVICE",
+        "cuda:7",
+        "is not a device here; choose cpu or cuda[:N].",
+        expect="IMAGE_DEVICE=cuda:7 is not a device here; choose cpu or cuda[:N].",
+    ),
+    "ImageFormatError": said(
+        "cannot identify image file <_io.BytesIO object>",
+        expect="Failed to load image: cannot identify image file <_io.BytesIO object>",
+    ),
+    "ImageTooLargeError": said(
+        10000,
+        20000,
+        178956970,
+        expect="Image dimensions 10000x20000 (200000000 pixels) exceed the maximum of 178956970 pixels. Set MAX_IMAGE_PIXELS to increase this limit.",
+    ),
+    "InputIdsRangeError": said(
+        49152, expect="input_ids must be in [0, 49152) without a prompt_embedding_table. (parameter=input_ids)"
+    ),
+    "InputUTF8Error": said("prompt", expect="Input 'prompt' is not valid UTF-8. (parameter=prompt)"),
+    "InvalidJSONError": said(
+        "sampling_params",
+        "Expecting value: line 1 column 1 (char 0)",
+        expect="sampling_params is not valid JSON: Expecting value: line 1 column 1 (char 0)",
+    ),
+    "InvalidMessagesError": said("the refusal's own words"),
+    "InvalidParamsError": said("the refusal's own words"),
+    "InvalidToolChoiceError": said("the refusal's own words"),
+    "InvalidUTF8Error": said(
+        "prompt", "invalid byte at position 3", expect="prompt is not valid UTF-8: invalid byte at position 3"
+    ),
+    "LengthLimitError": said(
+        [8192, 9000],
+        expect="Input 'length_limit' must be (max_total_tokens >= 1 or -1, 0 <= max_output_tokens <= max_total_tokens), got [8192, 9000].",
+    ),
+    "LocalMediaDisabledError": said(
+        expect="Loading local files is not allowed: no allowed media directory is configured."
+    ),
+    "MaxTokensError": said(0, expect="max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"),
+    "MediaFetchError": said(
+        "http://images.example/cat.png",
+        "timed out",
+        expect="Could not fetch the image from 'http://images.example/cat.png': timed out",
+    ),
+    "MediaFileMissingError": said(
+        "cats/missing.png", expect="The file 'cats/missing.png' does not exist under the allowed media directory."
+    ),
+    "MediaHostError": said(
+        "evil.example",
+        True,
+        expect="Fetching images from 'evil.example' is not allowed: the host is not in the allowed media hosts.",
+    ),
+    "MediaLoadError": said("the refusal's own words"),
+    "MediaPathOutsideError": said(
+        "../etc/passwd", expect="The file '../etc/passwd' is outside the allowed media directory."
+    ),
+    "MediaSchemeError": said(
+        "ftp",
+        True,
+        False,
+        expect="Unsupported image URL scheme 'ftp': use a data URL (data:image/...;base64,...), a file: URL under the allowed media directory.",
+    ),
+    "MediaSourceTypeError": said("int", expect="An image must be given as a URL string or bytes, got int."),
+    "MediaTooLargeError": said(
+        30000000, 20971520, True, expect="The image is about 30000000 bytes, more than the limit of 20971520 bytes."
+    ),
+    "MediaURLError": said("the refusal's own words"),
+    "MissingInputError": said(
+        "decoder_input_ids",
+        "by an encoder-decoder engine",
+        expect="Input 'decoder_input_ids' is required by an encoder-decoder engine. (parameter=decoder_input_ids)",
+    ),
+    "MissingMaxTokensError": said(expect="Input 'max_tokens' is required for generation. (parameter=max_tokens)"),
+    "MultiModalCacheMissError": said(
+        0,
+        "cat-1",
+        expect="multi_modal_data['image'][0] is empty and multi_modal_uuids['image'][0]='cat-1' is not in the processor cache (never sent, or evicted); send the image data with that uuid again.",
+    ),
+    "MultiModalError": said("the refusal's own words"),
+    "MultiModalLimitError": said(1, "image", expect="At most 1 image(s) may be provided in one prompt."),
+    "MultiModalPlaceholderCountError": said("the refusal's own words"),
+    "MultiModalPlaceholderError": said("the refusal's own words"),
+    "MultiModalProcessorKwargsError": said("the refusal's own words"),
+    "MultiModalUUIDError": said(
+        "image", 2, expect="multi_modal_data['image'][2] is empty but multi_modal_uuids['image'][2] is missing."
+    ),
+    "MultiModalUUIDLengthError": said(
+        "image",
+        1,
+        2,
+        expect="If given, multi_modal_uuids['image'] must have same length as multi_modal_data['image'], but got 1 vs 2.",
+    ),
+    "NoPromptError": said(expect="You must pass at least one prompt"),
+    "NoTextToContinueError": said(
+        expect="continue_final_message is set but we could not find any text to continue in the final message!"
+    ),
+    "OutOfVocabStopIdsError": said(
+        [50000],
+        49152,
+        expect="token_id(s) [50000] in stop_token_ids contain out-of-vocab token ids. Vocabulary size: 49152 (parameter=stop_token_ids, value=[50000])",
+    ),
+    "OutputOverContextError": said(
+        "max_completion_tokens",
+        9000,
+        8192,
+        expect="max_completion_tokens=9000 cannot be greater than max_model_len=8192. Please request fewer output tokens. (parameter=max_completion_tokens, value=9000)",
+    ),
+    "OutputParsingError": said(
+        "must be a JSON object", expect="Input 'output_parsing' must be a JSON object. (parameter=output_parsing)"
+    ),
+    "OutputTokensError": said("the refusal's own words"),
+    "ParamsNestingError": said("the refusal's own words"),
+    "ParserSettingError": said("a parser setting refused", expect="a parser setting refused"),
+    "PromptCharsTooLongError": said(
+        100000,
+        16,
+        2048,
+        2032,
+        20320,
+        expect="You passed 100000 input characters and requested 16 output tokens. However, the model's context length is only 2048 tokens, resulting in a maximum input length of 2032 tokens (at most 20320 characters). Please reduce the length of the input prompt.",
+    ),
+    "PromptError": said("the refusal's own words"),
+    "PromptFormError": said(
+        ["prompt", "prompt_token_ids"],
+        expect="Exactly one of prompt, prompt_token_ids or prompt_embeds may be provided, got prompt and prompt_token_ids.",
+    ),
+    "PromptTooLongError": said(
+        2048,
+        16,
+        4000,
+        True,
+        expect="This model's maximum context length is 2048 tokens. However, you requested 16 output tokens and your prompt contains at least 4000 input tokens, for a total of at least 4016 tokens. Please reduce the length of the input prompt or the number of requested output tokens.",
+    ),
+    "PromptTypeError": said(
+        expect="Expected prompt['prompt'] to be a string before tokenization; use 'prompt_token_ids' for token ID inputs"
+    ),
+    "ReasoningMarkersError": said(
+        "deepseek_r1", expect="deepseek_r1 reasoning parser could not locate think start/end tokens in the tokenizer!"
+    ),
+    "RenderError": said(
+        "max_tokens is too small",
+        parameter="max_tokens",
+        value=0,
+        expect="max_tokens is too small (parameter=max_tokens, value=0)",
+    ),
+    "RequestNestingError": said("the refusal's own words"),
+    "SamplingRangeError": said("top_k", "-1, 0 or at least 1", -2, expect="top_k must be -1, 0 or at least 1, got -2."),
+    "StreamingNeedsDecoupledError": said(
+        expect="Streaming is only supported if model is deployed using decoupled mode."
+    ),
+    "TensorError": said("the refusal's own words"),
+    "TensorShapeError": said(
+        "input_ids",
+        "be a 1-D list of token ids per request",
+        "shape [2, 3]",
+        expect="Input 'input_ids' must be a 1-D list of token ids per request, got shape [2, 3]. (parameter=input_ids)",
+    ),
+    "TokenIdError": said("the refusal's own words"),
+    "TokenIdRangeError": said(
+        10000000, 49151, expect="Token id 10000000 is out of vocabulary (valid ids are 0 to 49151)."
+    ),
+    "TokenIdTypeError": said("7", expect="Token ids must be integers, got str '7'."),
+    "ToolCallError": said("the refusal's own words"),
+    "ToolChoiceError": said("the refusal's own words"),
+    "ToolChoiceFunctionError": said(
+        "get_weather",
+        expect='Invalid value for `function`: `get_weather` in `tool_choice`! Correct usage: `{"type": "function", "function": {"name": "my_function"}}` (parameter=tool_choice.function)',
+    ),
+    "ToolChoiceNameError": said(
+        3,
+        expect='Invalid `name` in `function`: `3` in `tool_choice`! Correct usage: `{"type": "function", "function": {"name": "my_function"}}` (parameter=tool_choice.function.name)',
+    ),
+    "ToolChoiceNameMissingError": said(
+        expect='Expected field `name` in `function` in `tool_choice`! Correct usage: `{"type": "function", "function": {"name": "my_function"}}` (parameter=tool_choice.function.name)'
+    ),
+    "ToolChoiceValueError": said(
+        "sometimes",
+        expect='Invalid value for `tool_choice`: sometimes! Only named tools, "none", "auto" or "required" are supported. (parameter=tool_choice)',
+    ),
+    "ToolChoiceWithoutToolsError": said(
+        expect="When using `tool_choice`, `tools` must be set. (parameter=tool_choice)"
+    ),
+    "ToolParserRequiredError": said(
+        '"required"', expect='tool_choice="required" requires --tool-call-parser to be set'
+    ),
+    "ToolParsingUnavailableError": said(
+        "tool_choice needs a tool-call parser", expect="tool_choice needs a tool-call parser"
+    ),
+    "TruncationOverContextError": said(
+        9000,
+        8192,
+        expect="truncate_prompt_tokens=9000 cannot be greater than max_model_len = 8192. Please request a smaller truncation size. (parameter=truncate_prompt_tokens, value=9000)",
+    ),
+    "TruncationSideError": said(
+        "middle", expect="`truncation_side` must be either 'left' or 'right'. (parameter=truncation_side, value=middle)"
+    ),
+    "TruncationSizeError": said("the refusal's own words"),
+    "UnknownFieldError": said(
+        "sampling_params",
+        ["tempo", "beam"],
+        ["temperature", "top_p"],
+        expect="Unknown field(s) in sampling_params: beam, tempo. Allowed fields: temperature, top_p. (parameter=beam)",
+    ),
+    "UnknownReasoningParserError": said("thinker", expect="reasoning_parser_name='thinker' has not been registered"),
+    "UnknownToolChoiceError": said(
+        expect="The tool specified in `tool_choice` does not match any of the specified `tools` (parameter=tool_choice)"
+    ),
+    "UnknownToolParserError": said(
+        "nope", ("hermes", "llama3_json"), expect="invalid tool call parser: nope (chose from { hermes,llama3_json })"
+    ),
+    "UnsupportedImageProcessorError": said("the refusal's own words"),
+    "UnsupportedInputError": said(
+        "beam_width",
+        "one beam only",
+        4,
+        expect="Input 'beam_width' is not supported by this server: one beam only (got 4). (parameter=beam_width)",
+    ),
+    "UnsupportedMultiModalError": said("the refusal's own words"),
+    "UntrustedChatTemplateError": said("the refusal's own words"),
+    "UntrustedMultiModalKwargsError": said("the refusal's own words"),
+    "ValueRangeError": said(
+        "temperature",
+        "at least 0",
+        -1,
+        expect="temperature must be at least 0, got -1. (parameter=temperature, value=-1)",
+    ),
+    "InputTooLargeError": said(
+        "prompt",
+        70000000,
+        67108864,
+        expect="Input 'prompt' is 70000000 bytes, more than the limit of 67108864 bytes. (parameter=prompt)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_every_error_is_raised_with_its_own_message(name: str) -> None:
+    cls = ERRORS[name]
+    assert name in EXAMPLES, f"{name} has no example in EXAMPLES: add the facts it is raised with and its message"
+    example = EXAMPLES[name]
+    with pytest.raises(cls) as raised:
+        raise cls(*example.args, **example.kwargs)
+    message = str(raised.value)
+    assert message.strip(), f"{name} renders an empty message"
+    if example.expect is not None:
+        assert message == example.expect
+    else:
+        for value in [*example.args, *example.kwargs.values()]:
+            assert str(value) in message, f"{name}'s message leaves out {value!r}"
+
+
+def test_every_example_names_a_class() -> None:
+    assert not set(EXAMPLES) - set(ERRORS), f"examples of no error class: {sorted(set(EXAMPLES) - set(ERRORS))}"
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_every_error_says_what_it_is(name: str) -> None:
+    doc = ERRORS[name].__doc__
+    assert doc and doc.strip(), f"{name} says nowhere what it is"
+
+
+def test_no_two_error_classes_share_a_name_and_the_package_exports_each() -> None:
+    seen: dict[str, str] = {}
+    modules = [seam_errors] + [
+        __import__(f"{render_errors.__name__}.{m.name}", fromlist=["_"])
+        for m in pkgutil.iter_modules(render_errors.__path__)
+    ]
+    for module in modules:
+        for name, cls in vars(module).items():
+            if inspect.isclass(cls) and issubclass(cls, BaseException) and cls.__module__ == module.__name__:
+                assert name not in seen, f"{name} is defined in both {seen[name]} and {module.__name__}"
+                seen[name] = module.__name__
+                if module is not seam_errors:
+                    assert getattr(render_errors, name, None) is cls, f"renderer.errors does not export {name}"
+    assert set(seen) == set(ERRORS)
+
+
+# --- the OpenAI front's own errors ---------------------------------------------------------------
 
 SAMPLES: dict[Any, Any] = {str: "sample", int: 3, float: 1.5, bool: True, object: "v"}
 
@@ -51,9 +470,18 @@ def _made(cls: type[Exception]) -> Exception:
     return cls(**kwargs)
 
 
-@pytest.mark.parametrize("cls", _types(), ids=lambda c: c.__name__)
-def test_every_error_type_is_raised_with_a_message_and_says_what_it_is(cls: type[Exception]) -> None:
+FRONT_ERRORS = sorted(
+    (c for c in vars(front_errors).values() if inspect.isclass(c) and issubclass(c, Exception)),
+    key=lambda c: c.__name__,
+)
+
+
+@pytest.mark.parametrize(
+    "cls", [c for c in FRONT_ERRORS if c.__module__ == front_errors.__name__], ids=lambda c: c.__name__
+)
+def test_every_front_error_is_raised_with_a_message_and_says_what_it_is(cls: type[Exception]) -> None:
     assert cls.__doc__ and cls.__doc__.strip(), f"{cls.__name__} says nowhere what it is"
+    assert cls.__name__ not in ERRORS, f"{cls.__name__} is also a renderer error"
     with pytest.raises(cls) as raised:
         raise _made(cls)
     if issubclass(cls, RenderError) and cls.__init__ is not RenderError.__init__:
