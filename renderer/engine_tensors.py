@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import EmbedsError, InvalidParamsError, TensorShapeError, short
+from .errors import InvalidParamsError, TensorShapeError, short, EmbedsTableShapeError, EmbedsTableRangeError
 from .sampling import SamplingParams
 
 Getter = Callable[[str], "np.ndarray | None"]
@@ -327,13 +327,9 @@ def prompt_table_tensors(embeds: np.ndarray, vocab_size: int) -> dict[str, np.nd
     ``vocab_size + row`` at each position."""
     rows = int(embeds.shape[0])
     if embeds.ndim != 2 or rows == 0:
-        raise EmbedsError(
-            f"prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got {list(embeds.shape)}."
-        )
+        raise EmbedsTableShapeError(list(embeds.shape))
     if np.abs(embeds).max() > FP16_MAX:
-        raise EmbedsError(
-            f"prompt_embeds holds values beyond {FP16_MAX:g}, which the engine's FP16 prompt table cannot carry."
-        )
+        raise EmbedsTableRangeError(FP16_MAX)
     return {
         "input_ids": np.arange(vocab_size, vocab_size + rows, dtype=np.int32),
         "input_lengths": np.array([rows], np.int32),

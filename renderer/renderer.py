@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar, Union
 
 from .errors import (
-    EmbedsError,
+    EmbedsDisabledError,
+    EmbedsDetokenizeError,
+    EmbedsPaddingError,
     EmptyPromptError,
     NoPromptError,
     PromptTypeError,
@@ -132,7 +134,7 @@ class Renderer:
         """Load embeds bytes (safely); other forms pass as they are."""
         if isinstance(prompt, EmbedsBytesPrompt):
             if not self.config.enable_prompt_embeds:
-                raise EmbedsError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.")
+                raise EmbedsDisabledError()
             from .embeds import safe_load_prompt_embeds
 
             tensor = safe_load_prompt_embeds(prompt.raw, hidden_size=self.info.hidden_size, dtype=self._embeds_dtype)
@@ -218,10 +220,10 @@ class Renderer:
 
     def _finish_embeds(self, prompt: EmbedsPrompt, p: TokenizeParams) -> TokenizedPrompt:
         if p.needs_detokenization:
-            raise EmbedsError("Cannot run detokenization on embeddings")
+            raise EmbedsDetokenizeError()
         rows = prompt.prompt_embeds
         if p.pad_length is not None and p.pad_length > len(rows):
-            raise EmbedsError("Cannot pad tokens for embedding inputs")
+            raise EmbedsPaddingError()
         rows = p.truncate(rows, self.tokenizer.truncation_side)  # rows count as tokens
         p.check_length(len(rows))
         return TokenizedPrompt(prompt_token_ids=[], prompt_embeds=rows, cache_salt=prompt.cache_salt)

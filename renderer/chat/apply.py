@@ -17,6 +17,10 @@ import jinja2
 import jinja2.meta
 
 from ..errors import (
+    ChatTemplateRecursionError,
+    TemplateCallArgumentError,
+    AssistantTokensMaskError,
+    DocumentsError,
     EmptyConversationError,
     ContinueWithGenerationPromptError,
     FinalMessageTypeError,
@@ -24,12 +28,10 @@ from ..errors import (
     ContinueFieldNotInTemplateError,
     NoTextToContinueError,
     FinalMessageNotRenderedError,
-    ChatTemplateLimitError,
     ChatTemplateRenderError,
     ChatTemplateResourceError,
     ChatTemplateSecurityError,
     ChatTemplateSyntaxError,
-    InvalidParamsError,
     RenderError,
 )
 from ..json_fields import json_copy
@@ -62,10 +64,10 @@ HF_APPLY_PARAMS = frozenset(
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 # Kwargs that pass vLLM's filter but collide with what vLLM passes itself: Python refuses the call,
 # and vLLM answers with Python's words (naming its own functions).
+# Each maps to the function Python names and whether it calls the name a keyword argument.
 COLLIDING_KWARGS = {
-    "self": "maybe_make_thread_pool.<locals>.TokenizerPool.apply_chat_template() got multiple values "
-    "for argument 'self'",
-    "messages": "jinja2.environment.Template.render() got multiple values for keyword argument 'messages'",
+    "self": ("maybe_make_thread_pool.<locals>.TokenizerPool.apply_chat_template", False),
+    "messages": ("jinja2.environment.Template.render", True),
 }
 
 
@@ -105,15 +107,15 @@ def apply_chat_template(
     parameters; its other parameters are dropped; everything else becomes a template variable.
     """
     kwargs = dict(template_kwargs)
-    for name, message in COLLIDING_KWARGS.items():
+    for name, (function, keyword) in COLLIDING_KWARGS.items():
         if name in kwargs:
-            raise InvalidParamsError(message)
+            raise TemplateCallArgumentError(function, name, keyword=keyword)
     add_generation_prompt = bool(kwargs.pop("add_generation_prompt", False))
     continue_final = kwargs.pop("continue_final_message", False)
     documents = kwargs.pop("documents", None)
     if kwargs.get("return_assistant_tokens_mask"):
         # vLLM renders with return_dict=False, which transformers refuses alongside this.
-        raise InvalidParamsError("`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`")
+        raise AssistantTokensMaskError()
     for name in HF_APPLY_PARAMS:
         kwargs.pop(name, None)
     if not conversation:
@@ -152,9 +154,9 @@ def _check_documents(documents: Any) -> None:
     try:
         items = iter(documents)
     except TypeError as e:
-        raise InvalidParamsError(str(e)) from None
+        raise DocumentsError(str(e)) from None
     if not all(isinstance(d, dict) for d in items):
-        raise InvalidParamsError("Documents should be a list of dicts with 'title' and 'text' keys!")
+        raise DocumentsError()
 
 
 def _render(template: jinja2.Template, context: dict[str, Any], limits: TemplateLimits) -> str:
@@ -169,10 +171,10 @@ def _render(template: jinja2.Template, context: dict[str, Any], limits: Template
     except jinja2.exceptions.TemplateError as e:
         raise ChatTemplateRenderError(str(e)) from None
     except RecursionError:
-        raise ChatTemplateLimitError("Chat template recursion is too deep.") from None
+        raise ChatTemplateRecursionError() from None
     except MemoryError:
         # In a request template's worker this is its address-space cap (template_worker.py).
-        raise ChatTemplateResourceError("Chat template ran out of memory.") from None
+        raise ChatTemplateResourceError() from None
     except Exception as e:  # noqa: BLE001 (the template's own Python errors: TypeError, KeyError, ...)
         raise ChatTemplateRenderError(str(e)) from None
 

@@ -36,6 +36,7 @@ class RenderError(ValueError):
     stays vLLM's exact text and the parameter is kept beside it."""
 
     prints_parameter: bool = True
+    _parameter: str | None = None  # an error rebuilt from its message alone (a render worker's) names none
 
     def __init__(self, message: str = "", *, parameter: str | None = None, value: Any = None) -> None:
         super().__init__(parameter_suffix(message, parameter, value) if self.prints_parameter else message)

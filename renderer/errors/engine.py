@@ -5,8 +5,10 @@ batch row refused, and the engine's own refusals and faults.
 from __future__ import annotations
 
 from .base import RenderError, short
-from .tensors import TensorError
 from .params import InvalidParamsError
+from .multimodal import UnsupportedMultiModalError
+from .prompt import EmbedsError
+from .tensors import TensorError
 
 
 class UnsupportedInputError(InvalidParamsError):
@@ -34,6 +36,39 @@ class InputIdsRangeError(TensorError):
         super().__init__(
             f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.", parameter="input_ids"
         )
+
+
+class EmbedsTableShapeError(EmbedsError):
+    """Prompt embeddings for TensorRT-LLM's prompt table that are not (seq_len, hidden_size) with
+    at least one row."""
+
+    def __init__(self, shape: list[int]) -> None:
+        super().__init__(f"prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got {shape}.")
+
+
+class EmbedsTableRangeError(EmbedsError):
+    """Prompt embeddings with values past ``limit`` (FP16's largest), which TensorRT-LLM's FP16
+    prompt table cannot carry."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(
+            f"prompt_embeds holds values beyond {limit:g}, which the engine's FP16 prompt table cannot carry."
+        )
+
+
+class EngineImageFamilyError(UnsupportedMultiModalError):
+    """Images of a family (``name``) vLLM's engine here does not take; ``families`` are the ones it does."""
+
+    def __init__(self, name: str, families: list[str] | tuple[str, ...]) -> None:
+        super().__init__(f"vLLM's engine here takes images of the families {', '.join(families)}, not {name!r}.")
+
+
+class ImageRunsMismatchError(UnsupportedMultiModalError):
+    """A request's image tensors out of step: placeholder runs, hashes and processed images not
+    one each per image."""
+
+    def __init__(self, runs: int, hashes: int, images: int) -> None:
+        super().__init__(f"{runs} placeholder runs, {hashes} hashes and {images} processed images do not match.")
 
 
 class EngineError(RenderError):

@@ -9,8 +9,16 @@ from .prompt import PromptError
 
 
 class UntrustedMultiModalKwargsError(RenderError):
-    """A request supplied ``mm_processor_kwargs`` or ``media_io_kwargs`` and the server does not
-    trust them (vLLM's ``--trust-request-mm-kwargs``, off by default)."""
+    """A request supplied ``mm_processor_kwargs`` or ``media_io_kwargs`` (``name``) and the server
+    does not trust them (vLLM's ``--trust-request-mm-kwargs``, off by default); ``what`` is the
+    work they change (vLLM's words)."""
+
+    def __init__(self, name: str, what: str) -> None:
+        super().__init__(
+            f"Per-request {name} are disabled by default because they can change multimodal {what} resource "
+            "usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
+            parameter=name,
+        )
 
 
 class MultiModalLimitError(PromptError):
@@ -204,20 +212,169 @@ class MultiModalCacheMissError(MultiModalError):
 
 
 class MultiModalPlaceholderCountError(MultiModalError):
-    """The prompt's placeholder tokens do not match the number of media items (vLLM's wording)."""
+    """The prompt's placeholder tokens (``found`` of them) do not match the number of media items
+    (vLLM's wording)."""
+
+    def __init__(self, items: int, found: int) -> None:
+        super().__init__(
+            f"Expected there to be {items} prompt updates corresponding to {items} image items, but instead "
+            f"found {found} prompt updates! This is likely because you forgot to include input "
+            "placeholder tokens (e.g., `<image>`, `<|image_pad|>`) in the prompt. If the model has a chat "
+            "template, make sure you have applied it before calling `LLM.generate`."
+        )
 
 
 class MultiModalProcessorKwargsError(MultiModalError):
-    """``mm_processor_kwargs`` / ``media_io_kwargs`` with unknown keys or bad values."""
+    """``mm_processor_kwargs`` / ``media_io_kwargs`` with unknown keys or bad values. The group:
+    each way is a subclass that words its own message."""
+
+
+class ProcessorKwargValueError(MultiModalProcessorKwargsError):
+    """An ``mm_processor_kwargs`` number (``name``, its path) that is not a positive integer."""
+
+    def __init__(self, name: str, value: object) -> None:
+        super().__init__(f"mm_processor_kwargs.{name} must be a positive integer, got {value!r}.")
+
+
+class ProcessorKwargUnknownError(MultiModalProcessorKwargsError):
+    """``mm_processor_kwargs`` keys the model's processor does not take; ``allowed`` are the ones it does."""
+
+    def __init__(self, names: set[str] | list[str], allowed: frozenset[str] | list[str]) -> None:
+        super().__init__(
+            f"Unknown field(s) in mm_processor_kwargs: {', '.join(sorted(names))}. "
+            f"Allowed fields: {', '.join(sorted(allowed)) or '(none)'}."
+        )
+
+
+class ProcessorPixelsOrderError(MultiModalProcessorKwargsError):
+    """``min_pixels`` above ``max_pixels`` once the request's values and the model's are combined."""
+
+    def __init__(self, min_pixels: int, max_pixels: int) -> None:
+        super().__init__(
+            f"mm_processor_kwargs: min_pixels ({min_pixels}) must not be greater than max_pixels ({max_pixels})."
+        )
+
+
+class ProcessorSizeKeysError(MultiModalProcessorKwargsError):
+    """``mm_processor_kwargs.size`` that is not an object of the keys the model's processor takes
+    (``keys``: one, which it must be, or several, of which it takes any)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        takes = f"only {keys[0]!r}" if len(keys) == 1 else " and/or ".join(repr(k) for k in keys)
+        super().__init__(f"mm_processor_kwargs.size must be an object with {takes}.")
+
+
+class MediaIOKwargsTypeError(MultiModalProcessorKwargsError):
+    """``media_io_kwargs`` that is not an object keyed by modality; ``kind`` is its type's name."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"media_io_kwargs must be an object keyed by modality, got {kind}.")
+
+
+class MediaIOModalityError(MultiModalProcessorKwargsError):
+    """``media_io_kwargs`` for a modality this server does not load; ``supported`` are the ones it does."""
+
+    def __init__(self, modality: str, supported: list[str] | set[str]) -> None:
+        super().__init__(
+            f"media_io_kwargs has unsupported modality {modality!r}; supported: {', '.join(sorted(supported))}."
+        )
+
+
+class MediaIOOptionsTypeError(MultiModalProcessorKwargsError):
+    """A modality's ``media_io_kwargs`` that are not an object."""
+
+    def __init__(self, modality: str) -> None:
+        super().__init__(f"media_io_kwargs[{modality!r}] must be an object.")
+
+
+class MediaIOOptionError(MultiModalProcessorKwargsError):
+    """A modality's ``media_io_kwargs`` options this server's loader does not take."""
+
+    def __init__(self, modality: str, names: set[str] | list[str]) -> None:
+        super().__init__(f"media_io_kwargs[{modality!r}] has unsupported option(s): {', '.join(sorted(names))}.")
+
+
+class MediaIOImageModeError(MultiModalProcessorKwargsError):
+    """An ``image_mode`` other than RGB, which the model's processor takes its images in."""
+
+    def __init__(self, modality: str, mode: object) -> None:
+        super().__init__(f"media_io_kwargs[{modality!r}]['image_mode'] must be 'RGB' for this model, got {mode!r}.")
 
 
 class UnsupportedMultiModalError(MultiModalError):
-    """A modality, input kind or model family the multimodal stage does not support."""
+    """A modality, input kind or model family the multimodal stage does not support. The group:
+    each way is a subclass that words its own message."""
+
+
+class UnsupportedModalityError(UnsupportedMultiModalError):
+    """A media item of a modality other than image."""
+
+    def __init__(self, modality: str) -> None:
+        super().__init__(f"Modality {modality!r} is not supported; only 'image' is.")
+
+
+class UnsupportedImageSourceError(UnsupportedMultiModalError):
+    """An image given in a form (``source``: ``image_embeds``, ...) the model family's processor does not take."""
+
+    def __init__(self, source: str, family: str) -> None:
+        super().__init__(f"{source} inputs are not supported for {family} models; send the image as image_url.")
+
+
+class ImageSizeMultipleError(UnsupportedMultiModalError):
+    """An image whose size is not a multiple of the patch grid (``factor``) where the model's
+    processor does not resize."""
+
+    def __init__(self, width: int, height: int, factor: int) -> None:
+        super().__init__(f"Image size {width}x{height} is not a multiple of {factor} and resizing is disabled.")
+
+
+class ImageTokenMissingError(UnsupportedMultiModalError):
+    """A model whose tokenizer lacks the image placeholder ``token`` its family needs (raised at load)."""
+
+    def __init__(self, model_dir: object, token: str) -> None:
+        super().__init__(f"The tokenizer in {model_dir} has no {token!r} token.")
+
+
+class UnsupportedImageModelError(UnsupportedMultiModalError):
+    """A model of no image family the multimodal stage has a processor for (raised at load)."""
+
+    def __init__(self, model_dir: object, model_type: object, supported: list[str] | tuple[str, ...]) -> None:
+        super().__init__(
+            f"The model in {model_dir} has no supported image processor (model_type {model_type!r}); "
+            f"supported families: {', '.join(supported)}."
+        )
+
+
+class UnknownImageFamilyError(UnsupportedMultiModalError):
+    """An image family with no image tensors defined for the stages to hand on; ``families`` are
+    the ones defined."""
+
+    def __init__(self, family: str, families: list[str] | tuple[str, ...]) -> None:
+        super().__init__(f"No image tensors are defined for family {family!r}; families: {', '.join(families)}.")
 
 
 class UnsupportedImageProcessorError(UnsupportedMultiModalError):
     """An ``IMAGE_PROCESSOR`` setting that is not "fast" or "slow", or a model whose resampling
-    filter the chosen processor cannot run (a deployment error, raised when the stage loads)."""
+    filter the chosen processor cannot run (a deployment error, raised when the stage loads). The
+    group: each way is a subclass that words its own message."""
+
+
+class ImageProcessorSettingError(UnsupportedImageProcessorError):
+    """An ``IMAGE_PROCESSOR`` setting other than the ``choices``."""
+
+    def __init__(self, value: object, choices: list[str] | tuple[str, ...]) -> None:
+        super().__init__(f"IMAGE_PROCESSOR must be one of {', '.join(choices)}, got {value!r}.")
+
+
+class FastResampleError(UnsupportedImageProcessorError):
+    """A model whose resampling filter (``resample``, from its preprocessor_config.json) the fast
+    image processor has no torchvision equivalent of."""
+
+    def __init__(self, resample: int) -> None:
+        super().__init__(
+            f"resample={resample} (preprocessor_config.json) has no torchvision equivalent, so the "
+            "fast image processor cannot run it; set IMAGE_PROCESSOR=slow."
+        )
 
 
 class ImageDeviceError(UnsupportedMultiModalError):

@@ -79,7 +79,14 @@ class InvalidJSONError(InvalidParamsError):
 
 class ParamsNestingError(InvalidParamsError):
     """A JSON parameter bag (``chat_params`` fields such as ``chat_template_kwargs``,
-    ``tokenize_params``, ``sampling_params``) nests deeper than ``MAX_NESTING_DEPTH``."""
+    ``tokenize_params``, ``sampling_params``) nests deeper than ``MAX_NESTING_DEPTH`` (``limit``);
+    ``field`` is the path to it."""
+
+    template = "{field} is nested more than {limit} levels deep (lists and objects); the limit is {limit}."
+    """The wording, shared with the chat request's own nesting error."""
+
+    def __init__(self, field: str, limit: int) -> None:
+        super().__init__(self.template.format(field=field, limit=limit))
 
 
 class TruncationSizeError(InvalidParamsError):

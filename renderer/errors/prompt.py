@@ -129,7 +129,110 @@ class CacheSaltLengthError(CacheSaltError):
 
 
 class EmbedsError(PromptError):
-    """Prompt embeddings that cannot be used (vLLM's wording)."""
+    """Prompt embeddings that cannot be used (vLLM's wording). The group: each way is a subclass
+    that words its own message."""
+
+
+class EmbedsDisabledError(EmbedsError):
+    """``prompt_embeds`` sent to a server that does not take them (vLLM's ``--enable-prompt-embeds``)."""
+
+    def __init__(self) -> None:
+        super().__init__("You must set `--enable-prompt-embeds` to input `prompt_embeds`.")
+
+
+class EmbedsDetokenizeError(EmbedsError):
+    """Detokenization asked of a prompt given as embeddings, which has no token ids (vLLM's words)."""
+
+    def __init__(self) -> None:
+        super().__init__("Cannot run detokenization on embeddings")
+
+
+class EmbedsPaddingError(EmbedsError):
+    """Token padding asked of a prompt given as embeddings (vLLM's words)."""
+
+    def __init__(self) -> None:
+        super().__init__("Cannot pad tokens for embedding inputs")
+
+
+class EmbedsEncodingError(EmbedsError):
+    """``prompt_embeds`` bytes that are neither a serialized tensor nor base64 text."""
+
+    def __init__(self) -> None:
+        super().__init__("`prompt_embeds` is neither a serialized tensor nor base64 text.")
+
+
+class EmbedsBase64Error(EmbedsError):
+    """``prompt_embeds`` base64 text that does not decode; ``reason`` is the decoder's message."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(f"`prompt_embeds` is not valid base64: {reason}")
+
+
+class EmbedsDeserializeError(EmbedsError):
+    """``prompt_embeds`` bytes ``torch.load`` refuses; ``reason`` is torch's message, bounded."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"`prompt_embeds` could not be deserialized as a torch tensor: {reason}")
+
+
+class EmbedsNotTensorError(EmbedsError):
+    """``prompt_embeds`` that deserialize to something other than a tensor."""
+
+    def __init__(self) -> None:
+        super().__init__("`prompt_embeds` payload did not deserialize to a torch.Tensor.")
+
+
+class EmbedsSparseError(EmbedsError):
+    """A sparse ``prompt_embeds`` tensor whose indices torch refuses; ``reason`` is torch's message, bounded."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"`prompt_embeds` is a malformed sparse tensor: {reason}")
+
+
+class EmbedsSafetensorsError(EmbedsError):
+    """``prompt_embeds`` in the safetensors format that do not parse; ``reason`` is the parser's
+    message, bounded."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"`prompt_embeds` could not be read as safetensors: {reason}")
+
+
+class EmbedsTensorCountError(EmbedsError):
+    """``prompt_embeds`` safetensors holding other than exactly one tensor."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"`prompt_embeds` safetensors must hold exactly one tensor, got {count}.")
+
+
+class EmbedsShapeError(EmbedsError):
+    """``prompt_embeds`` not of shape (seq_len, hidden_size) once a leading batch of one is dropped."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__(f"prompt_embeds must be of shape (seq_len, hidden_size); got shape {shape}.")
+
+
+class EmbedsHiddenSizeError(EmbedsError):
+    """``prompt_embeds`` rows of another width than the model's hidden size."""
+
+    def __init__(self, got: int, hidden_size: int) -> None:
+        super().__init__(f"`prompt_embeds` hidden_size {got} does not match the model's hidden_size {hidden_size}.")
+
+
+class EmbedsDtypeError(EmbedsError):
+    """``prompt_embeds`` of an integer (or other non-floating) dtype, which is not cast to the model's."""
+
+    def __init__(self, dtype: object, model_dtype: object) -> None:
+        super().__init__(
+            f"`prompt_embeds` dtype {dtype} is not a floating-point type, "
+            f"cannot safely cast to the model's dtype {model_dtype}."
+        )
+
+
+class EmbedsNonFiniteError(EmbedsError):
+    """``prompt_embeds`` holding NaN or infinite values."""
+
+    def __init__(self) -> None:
+        super().__init__("`prompt_embeds` contains NaN or infinite values.")
 
 
 class EncoderDecoderError(PromptError):

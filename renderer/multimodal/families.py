@@ -50,10 +50,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import (
+    ImageTokenMissingError,
+    ProcessorKwargValueError,
+    ImageProcessorSettingError,
+    FastResampleError,
+    ProcessorKwargUnknownError,
+    ProcessorPixelsOrderError,
+    ProcessorSizeKeysError,
+    ImageSizeMultipleError,
     ImageAspectRatioError,
-    MultiModalProcessorKwargsError,
-    UnsupportedImageProcessorError,
-    UnsupportedMultiModalError,
 )
 from ..model_info import read_json_object
 from .media import LoadedImage
@@ -198,13 +203,13 @@ def _require_token(model_dir: Path, token: str, configured: Any = None) -> int:
         return configured
     tid = token_id(model_dir, token)
     if tid is None:
-        raise UnsupportedMultiModalError(f"The tokenizer in {model_dir} has no {token!r} token.")
+        raise ImageTokenMissingError(model_dir, token)
     return tid
 
 
 def _pos_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise MultiModalProcessorKwargsError(f"mm_processor_kwargs.{name} must be a positive integer, got {value!r}.")
+        raise ProcessorKwargValueError(name, value)
     return value
 
 
@@ -218,9 +223,7 @@ class ImageFamily:
 
     def __init__(self, pp: Mapping[str, Any], image_processor: str = "fast") -> None:
         if image_processor not in IMAGE_PROCESSORS:
-            raise UnsupportedImageProcessorError(
-                f"IMAGE_PROCESSOR must be one of {', '.join(IMAGE_PROCESSORS)}, got {image_processor!r}."
-            )
+            raise ImageProcessorSettingError(image_processor, IMAGE_PROCESSORS)
         self.image_processor = image_processor
         self.do_resize = bool(pp.get("do_resize", True))
         self.resample = int(pp.get("resample", BICUBIC))
@@ -232,10 +235,7 @@ class ImageFamily:
         self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
         self._device_luts: dict[str, Any] = {}
         if image_processor == "fast" and self.do_resize and self.fast_mode is None:
-            raise UnsupportedImageProcessorError(
-                f"resample={self.resample} (preprocessor_config.json) has no torchvision equivalent, so the "
-                "fast image processor cannot run it; set IMAGE_PROCESSOR=slow."
-            )
+            raise FastResampleError(self.resample)
 
     @functools.cached_property
     def lut(self) -> np.ndarray:
@@ -285,10 +285,7 @@ class ImageFamily:
         kw = dict(mm_processor_kwargs or {})
         unknown = set(kw) - self.allowed_kwargs
         if unknown:
-            raise MultiModalProcessorKwargsError(
-                f"Unknown field(s) in mm_processor_kwargs: {', '.join(sorted(unknown))}. "
-                f"Allowed fields: {', '.join(sorted(self.allowed_kwargs)) or '(none)'}."
-            )
+            raise ProcessorKwargUnknownError(unknown, self.allowed_kwargs)
         return self._resolve(kw)
 
     def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
@@ -344,9 +341,7 @@ class Qwen2VLFamily(ImageFamily):
         if "size" in kw:
             size = kw["size"]
             if not isinstance(size, Mapping) or set(size) - {"shortest_edge", "longest_edge"}:
-                raise MultiModalProcessorKwargsError(
-                    "mm_processor_kwargs.size must be an object with 'shortest_edge' and/or 'longest_edge'."
-                )
+                raise ProcessorSizeKeysError(("shortest_edge", "longest_edge"))
             lo = _pos_int("size.shortest_edge", size.get("shortest_edge", lo))
             hi = _pos_int("size.longest_edge", size.get("longest_edge", hi))
         if "min_pixels" in kw:
@@ -354,9 +349,7 @@ class Qwen2VLFamily(ImageFamily):
         if "max_pixels" in kw:
             hi = _pos_int("max_pixels", kw["max_pixels"])
         if lo > hi:
-            raise MultiModalProcessorKwargsError(
-                f"mm_processor_kwargs: min_pixels ({lo}) must not be greater than max_pixels ({hi})."
-            )
+            raise ProcessorPixelsOrderError(lo, hi)
         out = {}
         if lo != self.min_pixels:
             out["min_pixels"] = lo
@@ -379,9 +372,7 @@ class Qwen2VLFamily(ImageFamily):
         h, w = self.target_size(img.height, img.width, kwargs)
         factor = self.patch_size * self.merge_size
         if h % factor or w % factor:
-            raise UnsupportedMultiModalError(
-                f"Image size {w}x{h} is not a multiple of {factor} and resizing is disabled."
-            )
+            raise ImageSizeMultipleError(w, h, factor)
         shape = (self.patch_size, self.merge_size, self.temporal_patch_size)
         if device == "cpu":
             pv = _freeze(_kernels().patchify_qwen(self.resize(img, h, w), self.lut, *shape))
@@ -471,9 +462,7 @@ class PixtralFamily(ImageFamily):
         if "size" in kw:
             size = kw["size"]
             if not isinstance(size, Mapping) or set(size) != {"longest_edge"}:
-                raise MultiModalProcessorKwargsError(
-                    "mm_processor_kwargs.size must be an object with only 'longest_edge'."
-                )
+                raise ProcessorSizeKeysError(("longest_edge",))
             edge = _pos_int("size.longest_edge", size["longest_edge"])
         if "longest_edge" in kw:
             edge = _pos_int("longest_edge", kw["longest_edge"])

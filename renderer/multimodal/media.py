@@ -43,6 +43,11 @@ import numpy as np
 
 from .. import stage_params as sp
 from ..errors import (
+    MediaIOKwargsTypeError,
+    MediaIOModalityError,
+    MediaIOOptionsTypeError,
+    MediaIOOptionError,
+    MediaIOImageModeError,
     MediaSourceTypeError,
     DataURLSeparatorError,
     DataURLEncodingError,
@@ -62,7 +67,6 @@ from ..errors import (
     MediaLoadError,
     MediaTooLargeError,
     MultiModalLimitError,
-    MultiModalProcessorKwargsError,
 )
 from ..media_defaults import (
     DEFAULT_FETCH_TIMEOUT_S,
@@ -160,27 +164,18 @@ def check_media_io_kwargs(media_io_kwargs: Mapping[str, Any] | None) -> None:
     if not media_io_kwargs:
         return
     if not isinstance(media_io_kwargs, Mapping):
-        raise MultiModalProcessorKwargsError(
-            f"media_io_kwargs must be an object keyed by modality, got {type(media_io_kwargs).__name__}."
-        )
+        raise MediaIOKwargsTypeError(type(media_io_kwargs).__name__)
     for modality, opts in media_io_kwargs.items():
         if modality not in _MEDIA_IO_KEYS:
-            raise MultiModalProcessorKwargsError(
-                f"media_io_kwargs has unsupported modality {modality!r}; supported: "
-                f"{', '.join(sorted(_MEDIA_IO_KEYS))}."
-            )
+            raise MediaIOModalityError(modality, set(_MEDIA_IO_KEYS))
         if not isinstance(opts, Mapping):
-            raise MultiModalProcessorKwargsError(f"media_io_kwargs[{modality!r}] must be an object.")
+            raise MediaIOOptionsTypeError(modality)
         unknown = set(opts) - _MEDIA_IO_KEYS[modality]
         if unknown:
-            raise MultiModalProcessorKwargsError(
-                f"media_io_kwargs[{modality!r}] has unsupported option(s): {', '.join(sorted(unknown))}."
-            )
+            raise MediaIOOptionError(modality, unknown)
         mode = opts.get("image_mode", "RGB")
         if mode != "RGB":
-            raise MultiModalProcessorKwargsError(
-                f"media_io_kwargs[{modality!r}]['image_mode'] must be 'RGB' for this model, got {mode!r}."
-            )
+            raise MediaIOImageModeError(modality, mode)
 
 
 def load_image(source: str | bytes, limits: MediaLimits, decode_on: str | None = None) -> LoadedImage:

@@ -34,9 +34,10 @@ import numpy as np
 from .. import stage_params as sp
 from ..chat.messages import MultiModalItem
 from ..errors import (
+    UnsupportedModalityError,
+    UnsupportedImageSourceError,
     MultiModalCacheMissError,
     MultiModalPlaceholderCountError,
-    UnsupportedMultiModalError,
 )
 from ..media_defaults import DEFAULT_IMAGE_DECODE_DEVICE, DEFAULT_IMAGE_PROCESSOR
 from ..model_info import config_number
@@ -231,11 +232,9 @@ class MultiModalProcessor:
         kwargs = fam.resolve_kwargs(mm_processor_kwargs)
         for it in items:
             if it.modality != "image":
-                raise UnsupportedMultiModalError(f"Modality {it.modality!r} is not supported; only 'image' is.")
+                raise UnsupportedModalityError(it.modality)
             if it.source != "image_url":
-                raise UnsupportedMultiModalError(
-                    f"{it.source} inputs are not supported for {fam.name} models; send the image as image_url."
-                )
+                raise UnsupportedImageSourceError(it.source, fam.name)
         check_item_count("image", len(items), self.limits)
         validate_mm_uuids({"image": [it.data for it in items]}, {"image": [it.uuid for it in items]})
 
@@ -243,13 +242,7 @@ class MultiModalProcessor:
         target = fam.placeholder_token_id
         positions = [i for i, t in enumerate(ids) if t == target]
         if len(positions) != len(items):
-            n = len(items)
-            raise MultiModalPlaceholderCountError(
-                f"Expected there to be {n} prompt updates corresponding to {n} image items, but instead "
-                f"found {len(positions)} prompt updates! This is likely because you forgot to include input "
-                "placeholder tokens (e.g., `<image>`, `<|image_pad|>`) in the prompt. If the model has a chat "
-                "template, make sure you have applied it before calling `LLM.generate`."
-            )
+            raise MultiModalPlaceholderCountError(len(items), len(positions))
 
         settings = {**fam.base_settings(), **kwargs}
         processed: list[ProcessedImage] = []

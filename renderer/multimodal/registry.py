@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedMultiModalError
+from ..errors import UnsupportedImageModelError
 from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
 from ..model_info import read_json_object
 from .families import ImageFamily, PixtralFamily, Qwen2VLFamily
@@ -52,7 +52,4 @@ def load_family(model_dir: str | Path, image_processor: str = DEFAULT_IMAGE_PROC
         return Qwen2VLFamily(d, pp, config, image_processor)
     if name == "pixtral":
         return PixtralFamily(d, pp, config, read_json_object(d / "processor_config.json"), image_processor)
-    raise UnsupportedMultiModalError(
-        f"The model in {d} has no supported image processor (model_type {config.get('model_type')!r}); "
-        f"supported families: {', '.join(SUPPORTED)}."
-    )
+    raise UnsupportedImageModelError(d, config.get("model_type"), SUPPORTED)

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..engine_tensors import TensorSpec
-from ..errors import UnsupportedMultiModalError
+from ..errors import UnknownImageFamilyError
 
 FAMILY_IMAGE_TENSORS: dict[str, tuple[TensorSpec, ...]] = {
     "qwen2_vl": (
@@ -33,9 +33,7 @@ def image_tensors(family: str) -> tuple[TensorSpec, ...]:
     """The image tensors of ``family``, in the order the configs list them."""
     specs = FAMILY_IMAGE_TENSORS.get(family)
     if specs is None:
-        raise UnsupportedMultiModalError(
-            f"No image tensors are defined for family {family!r}; families: {', '.join(FAMILY_IMAGE_TENSORS)}."
-        )
+        raise UnknownImageFamilyError(family, list(FAMILY_IMAGE_TENSORS))
     return specs
 
 

@@ -59,6 +59,9 @@ def said(*args: Any, expect: str | None = None, **kwargs: Any) -> Example:
 
 
 EXAMPLES: dict[str, Example] = {
+    "AssistantTokensMaskError": said(
+        expect="`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`"
+    ),
     "AutoToolChoiceDisabledError": said(
         expect='"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
     ),
@@ -76,21 +79,82 @@ EXAMPLES: dict[str, Example] = {
     "CacheSaltError": said("the refusal's own words"),
     "CacheSaltLengthError": said(300, 256, expect="cache_salt must be at most 256 characters, got 300."),
     "ChatError": said("the refusal's own words"),
-    "ChatRequestValidationError": said("the refusal's own words"),
+    "ChatRequestValidationError": said(
+        "1 validation error for ChatRequestModel", expect="1 validation error for ChatRequestModel"
+    ),
+    "ChatTemplateBlocksError": said(
+        "too many statically nested blocks",
+        expect="Chat template is nested too deeply to compile: Python refused its code (too many statically nested blocks).",
+    ),
+    "ChatTemplateBuildError": said(
+        "a string",
+        2000000,
+        1000000,
+        expect="Chat template tried to build a string of length 2000000; the limit is 1000000.",
+    ),
+    "ChatTemplateCompileError": said(
+        "unexpected indent (<template>, line 3)",
+        expect="Chat template cannot be compiled: unexpected indent (<template>, line 3)",
+    ),
+    "ChatTemplateCountError": said(
+        "slice", 10000000, 100000, expect="Chat template called slice with 10000000; the limit is 100000."
+    ),
+    "ChatTemplateDeadlineError": said(5.0, expect="Chat template rendering took longer than 5 seconds."),
     "ChatTemplateError": said("the refusal's own words"),
+    "ChatTemplateIndentError": said(
+        1000, 64, expect="Chat template asked tojson for an indent of 1000; the limit is 64."
+    ),
     "ChatTemplateLimitError": said("the refusal's own words"),
-    "ChatTemplateLiteralError": said("the refusal's own words"),
-    "ChatTemplateNestingError": said("the refusal's own words"),
-    "ChatTemplateRenderError": said("the refusal's own words"),
-    "ChatTemplateResolutionError": said("the refusal's own words"),
-    "ChatTemplateResourceError": said("the refusal's own words"),
-    "ChatTemplateSecurityError": said("the refusal's own words"),
-    "ChatTemplateSizeError": said("the refusal's own words"),
-    "ChatTemplateSyntaxError": said("the refusal's own words"),
-    "ChatTemplateTimeoutError": said("the refusal's own words"),
-    "ChatTemplateWorkerCrashError": said("the refusal's own words"),
-    "ChatTemplateWorkerError": said("the refusal's own words"),
+    "ChatTemplateLiteralError": said(
+        "5000", 4300, expect="Chat template has an integer literal of 5000 digits; the limit is 4300."
+    ),
+    "ChatTemplateLoopError": said(100000, expect="Chat template ran more than 100000 loop iterations."),
+    "ChatTemplateNestingError": said(expect="Chat template is nested too deeply to parse or compile."),
+    "ChatTemplateNumberError": said(
+        70000.4, 65536, expect="Chat template computed a number of about 70000 bits; the limit is 65536."
+    ),
+    "ChatTemplateOutputError": said(1000000, expect="Rendered chat template exceeds 1000000 characters."),
+    "ChatTemplatePaddingError": said(
+        "99999999", 1000000, expect="Chat template format string pads to 99999999 characters; the limit is 1000000."
+    ),
+    "ChatTemplateRangeError": said(
+        10000000, 100000, expect="Chat template called range() with 10000000 items; the limit is 100000."
+    ),
+    "ChatTemplateRecursionError": said(expect="Chat template recursion is too deep."),
+    "ChatTemplateRenderError": said(
+        "Conversation roles must alternate user/assistant/user/assistant/...",
+        expect="Conversation roles must alternate user/assistant/user/assistant/...",
+    ),
+    "ChatTemplateResolutionError": said(
+        expect="As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template if the tokenizer does not define one."
+    ),
+    "ChatTemplateResourceError": said(512, expect="Chat template needed more memory than its limit of 512 MiB."),
+    "ChatTemplateSecurityError": said(
+        "access to attribute '__class__' of 'str' object is unsafe.",
+        expect="access to attribute '__class__' of 'str' object is unsafe.",
+    ),
+    "ChatTemplateSizeError": said(
+        300000,
+        262144,
+        expect="Chat template is 300000 bytes; a template sent with a request may have at most 262144 bytes.",
+    ),
+    "ChatTemplateSyntaxError": said(
+        "unexpected end of template, expected 'end of print statement'.",
+        expect="unexpected end of template, expected 'end of print statement'.",
+    ),
+    "ChatTemplateTimeoutError": said(
+        2.5, True, expect="Chat template used more than 2.5 seconds of CPU time; its worker was stopped."
+    ),
+    "ChatTemplateTooLargeError": said(expect="Chat template is too large or nested too deeply to compile."),
+    "ChatTemplateWorkerCrashError": said(
+        "killed by signal 11 (SIGSEGV)",
+        expect="Chat template crashed its render worker (killed by signal 11 (SIGSEGV)); data nested too deeply can overflow the C stack.",
+    ),
+    "ChatTemplateWorkerError": said(
+        "ValueError", "bad value", expect="Chat template failed in its render worker: ValueError: bad value"
+    ),
     "ContentPartError": said("the refusal's own words"),
+    "ContentPartShapeError": said(0, 1, expect="messages[0].content[1] must be a string or a content part object."),
     "ContinueFieldNotInTemplateError": said(
         "reasoning_content",
         expect='continue_final_message is set to "reasoning_content" but this is not an accepted field in the chat_template',
@@ -112,7 +176,43 @@ EXAMPLES: dict[str, Example] = {
         expect="input_lengths=5 does not match the 4 ids given. (parameter=input_lengths)",
     ),
     "DecoderStartTokenError": said(expect="Cannot find decoder start token id or <BOS>"),
+    "DocumentsError": said("'int' object is not iterable", expect="'int' object is not iterable"),
+    "EmbedsBase64Error": said("Incorrect padding", expect="`prompt_embeds` is not valid base64: Incorrect padding"),
+    "EmbedsDeserializeError": said(
+        "Weights only load failed.",
+        expect="`prompt_embeds` could not be deserialized as a torch tensor: Weights only load failed.",
+    ),
+    "EmbedsDetokenizeError": said(expect="Cannot run detokenization on embeddings"),
+    "EmbedsDisabledError": said(expect="You must set `--enable-prompt-embeds` to input `prompt_embeds`."),
+    "EmbedsDtypeError": said(
+        "torch.int64",
+        "torch.float32",
+        expect="`prompt_embeds` dtype torch.int64 is not a floating-point type, cannot safely cast to the model's dtype torch.float32.",
+    ),
+    "EmbedsEncodingError": said(expect="`prompt_embeds` is neither a serialized tensor nor base64 text."),
     "EmbedsError": said("the refusal's own words"),
+    "EmbedsHiddenSizeError": said(
+        512, 576, expect="`prompt_embeds` hidden_size 512 does not match the model's hidden_size 576."
+    ),
+    "EmbedsNonFiniteError": said(expect="`prompt_embeds` contains NaN or infinite values."),
+    "EmbedsNotTensorError": said(expect="`prompt_embeds` payload did not deserialize to a torch.Tensor."),
+    "EmbedsPaddingError": said(expect="Cannot pad tokens for embedding inputs"),
+    "EmbedsSafetensorsError": said(
+        "Error while deserializing header: HeaderTooLarge",
+        expect="`prompt_embeds` could not be read as safetensors: Error while deserializing header: HeaderTooLarge",
+    ),
+    "EmbedsShapeError": said((4,), expect="prompt_embeds must be of shape (seq_len, hidden_size); got shape (4,)."),
+    "EmbedsSparseError": said(
+        "size is inconsistent with indices",
+        expect="`prompt_embeds` is a malformed sparse tensor: size is inconsistent with indices",
+    ),
+    "EmbedsTableRangeError": said(
+        65504.0, expect="prompt_embeds holds values beyond 65504, which the engine's FP16 prompt table cannot carry."
+    ),
+    "EmbedsTableShapeError": said(
+        [0, 576], expect="prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got [0, 576]."
+    ),
+    "EmbedsTensorCountError": said(2, expect="`prompt_embeds` safetensors must hold exactly one tensor, got 2."),
     "EmptyCacheSaltError": said(expect="cache_salt must be a non-empty string."),
     "EmptyConversationError": said(
         expect="Cannot apply chat template to an empty conversation. Provide at least one message."
@@ -121,7 +221,9 @@ EXAMPLES: dict[str, Example] = {
     "EmptyMessagesError": said(expect="messages is empty: send a JSON array of chat messages."),
     "EmptyPromptError": said("encoder", expect="The encoder prompt cannot be empty"),
     "EmptyStopStringError": said(expect="stop cannot contain an empty string."),
-    "EmptyToolsError": said("the refusal's own words"),
+    "EmptyToolsError": said(
+        expect="`tools` must not be an empty array. Either provide at least one tool or omit the field entirely. (parameter=tools)"
+    ),
     "EncoderDecoderError": said("the refusal's own words"),
     "EncoderDecoderFormsError": said(
         "decoder", expect="Only one of decoder_prompt or decoder_prompt_token_ids may be provided."
@@ -129,6 +231,15 @@ EXAMPLES: dict[str, Example] = {
     "EncoderPromptMissingError": said(expect="Either encoder_prompt or encoder_prompt_token_ids must be provided."),
     "EngineError": said("the refusal's own words"),
     "EngineFaultError": said("engine 'vllm': CUDA out of memory", expect="engine 'vllm': CUDA out of memory"),
+    "EngineImageFamilyError": said(
+        "llava",
+        ["qwen2_vl", "pixtral"],
+        expect="vLLM's engine here takes images of the families qwen2_vl, pixtral, not 'llava'.",
+    ),
+    "FastResampleError": said(
+        4,
+        expect="resample=4 (preprocessor_config.json) has no torchvision equivalent, so the fast image processor cannot run it; set IMAGE_PROCESSOR=slow.",
+    ),
     "FieldTypeError": said(
         "sampling_params",
         "temperature",
@@ -174,6 +285,20 @@ EXAMPLES: dict[str, Example] = {
         "cannot identify image file <_io.BytesIO object>",
         expect="Failed to load image: cannot identify image file <_io.BytesIO object>",
     ),
+    "ImagePartValidationError": said(
+        "1 validation error for ChatCompletionContentPartImageParam",
+        expect="1 validation error for ChatCompletionContentPartImageParam",
+    ),
+    "ImageProcessorSettingError": said(
+        "medium", ("fast", "slow"), expect="IMAGE_PROCESSOR must be one of fast, slow, got 'medium'."
+    ),
+    "ImageRunsMismatchError": said(2, 2, 1, expect="2 placeholder runs, 2 hashes and 1 processed images do not match."),
+    "ImageSizeMultipleError": said(
+        30, 20, 28, expect="Image size 30x20 is not a multiple of 28 and resizing is disabled."
+    ),
+    "ImageTokenMissingError": said(
+        "/models/pixtral", "[IMG]", expect="The tokenizer in /models/pixtral has no '[IMG]' token."
+    ),
     "ImageTooLargeError": said(
         10000,
         20000,
@@ -216,6 +341,20 @@ EXAMPLES: dict[str, Example] = {
         True,
         expect="Fetching images from 'evil.example' is not allowed: the host is not in the allowed media hosts.",
     ),
+    "MediaIOImageModeError": said(
+        "image", "L", expect="media_io_kwargs['image']['image_mode'] must be 'RGB' for this model, got 'L'."
+    ),
+    "MediaIOKwargsTypeError": said("list", expect="media_io_kwargs must be an object keyed by modality, got list."),
+    "MediaIOModalityError": said(
+        "video", {"image"}, expect="media_io_kwargs has unsupported modality 'video'; supported: image."
+    ),
+    "MediaIOOptionError": said(
+        "image", {"frames"}, expect="media_io_kwargs['image'] has unsupported option(s): frames."
+    ),
+    "MediaIOOptionsTypeError": said("image", expect="media_io_kwargs['image'] must be an object."),
+    "MediaItemsCountError": said(1, 2, expect="mm_data has 1 elements for 2 mm_items entries."),
+    "MediaItemsDataError": said(expect="An mm_items entry refers to mm_data, but no mm_data element was sent for it."),
+    "MediaItemsEntryError": said(expect="mm_items entries must be JSON objects."),
     "MediaLoadError": said("the refusal's own words"),
     "MediaPathOutsideError": said(
         "../etc/passwd", expect="The file '../etc/passwd' is outside the allowed media directory."
@@ -244,8 +383,15 @@ EXAMPLES: dict[str, Example] = {
     ),
     "MultiModalError": said("the refusal's own words"),
     "MultiModalLimitError": said(1, "image", expect="At most 1 image(s) may be provided in one prompt."),
-    "MultiModalPlaceholderCountError": said("the refusal's own words"),
-    "MultiModalPlaceholderError": said("the refusal's own words"),
+    "MultiModalPlaceholderCountError": said(
+        2,
+        1,
+        expect="Expected there to be 2 prompt updates corresponding to 2 image items, but instead found 1 prompt updates! This is likely because you forgot to include input placeholder tokens (e.g., `<image>`, `<|image_pad|>`) in the prompt. If the model has a chat template, make sure you have applied it before calling `LLM.generate`.",
+    ),
+    "MultiModalPlaceholderError": said(
+        "<image>",
+        expect="Found more '<image>' placeholders in input prompt than actual multimodal data items. (parameter=messages)",
+    ),
     "MultiModalProcessorKwargsError": said("the refusal's own words"),
     "MultiModalUUIDError": said(
         "image", 2, expect="multi_modal_data['image'][2] is empty but multi_modal_uuids['image'][2] is missing."
@@ -260,6 +406,8 @@ EXAMPLES: dict[str, Example] = {
     "NoTextToContinueError": said(
         expect="continue_final_message is set but we could not find any text to continue in the final message!"
     ),
+    "NotIterableError": said("int", expect="'int' object is not iterable"),
+    "NotSubscriptableError": said("list", expect="'list' object is not subscriptable"),
     "OutOfVocabStopIdsError": said(
         [50000],
         49152,
@@ -275,8 +423,32 @@ EXAMPLES: dict[str, Example] = {
         "must be a JSON object", expect="Input 'output_parsing' must be a JSON object. (parameter=output_parsing)"
     ),
     "OutputTokensError": said("the refusal's own words"),
-    "ParamsNestingError": said("the refusal's own words"),
+    "ParamsNestingError": said(
+        "chat_template_kwargs.a",
+        64,
+        expect="chat_template_kwargs.a is nested more than 64 levels deep (lists and objects); the limit is 64.",
+    ),
     "ParserSettingError": said("a parser setting refused", expect="a parser setting refused"),
+    "PartTypeInvalidError": said(expect="Invalid 'type' field in multimodal part. (parameter=type)"),
+    "PartTypeMissingError": said(expect="Missing 'type' field in multimodal part. (parameter=type)"),
+    "PartUUIDMissingError": said(
+        0, expect="multi_modal_data['image'][0] is empty but multi_modal_uuids['image'][0] is missing."
+    ),
+    "ProcessorKwargUnknownError": said(
+        {"zoom"},
+        frozenset({"max_pixels", "min_pixels"}),
+        expect="Unknown field(s) in mm_processor_kwargs: zoom. Allowed fields: max_pixels, min_pixels.",
+    ),
+    "ProcessorKwargValueError": said(
+        "max_pixels", -1, expect="mm_processor_kwargs.max_pixels must be a positive integer, got -1."
+    ),
+    "ProcessorPixelsOrderError": said(
+        1000, 10, expect="mm_processor_kwargs: min_pixels (1000) must not be greater than max_pixels (10)."
+    ),
+    "ProcessorSizeKeysError": said(
+        ("shortest_edge", "longest_edge"),
+        expect="mm_processor_kwargs.size must be an object with 'shortest_edge' and/or 'longest_edge'.",
+    ),
     "PromptCharsTooLongError": said(
         100000,
         16,
@@ -303,16 +475,28 @@ EXAMPLES: dict[str, Example] = {
     "ReasoningMarkersError": said(
         "deepseek_r1", expect="deepseek_r1 reasoning parser could not locate think start/end tokens in the tokenizer!"
     ),
+    "RenderDataNestingError": said(expect="Chat request data is nested too deeply to render."),
     "RenderError": said(
         "max_tokens is too small",
         parameter="max_tokens",
         value=0,
         expect="max_tokens is too small (parameter=max_tokens, value=0)",
     ),
-    "RequestNestingError": said("the refusal's own words"),
+    "RequestNestingError": said(
+        "messages[0].content",
+        64,
+        expect="messages[0].content is nested more than 64 levels deep (lists and objects); the limit is 64.",
+    ),
+    "RequestRecursionError": said(expect="The chat request is nested too deeply (messages, tools or documents)."),
     "SamplingRangeError": said("top_k", "-1, 0 or at least 1", -2, expect="top_k must be -1, 0 or at least 1, got -2."),
     "StreamingNeedsDecoupledError": said(
         expect="Streaming is only supported if model is deployed using decoupled mode."
+    ),
+    "TemplateCallArgumentError": said(
+        "jinja2.environment.Template.render",
+        "messages",
+        True,
+        expect="jinja2.environment.Template.render() got multiple values for keyword argument 'messages'",
     ),
     "TensorError": said("the refusal's own words"),
     "TensorShapeError": said(
@@ -321,12 +505,17 @@ EXAMPLES: dict[str, Example] = {
         "shape [2, 3]",
         expect="Input 'input_ids' must be a 1-D list of token ids per request, got shape [2, 3]. (parameter=input_ids)",
     ),
+    "TextPartJoinError": said(1, "NoneType", expect="sequence item 1: expected str instance, NoneType found"),
     "TokenIdError": said("the refusal's own words"),
     "TokenIdRangeError": said(
         10000000, 49151, expect="Token id 10000000 is out of vocabulary (valid ids are 0 to 49151)."
     ),
     "TokenIdTypeError": said("7", expect="Token ids must be integers, got str '7'."),
+    "ToolCallEntryError": said(expect="assistant tool_calls entries must be objects. (parameter=tool_calls)"),
     "ToolCallError": said("the refusal's own words"),
+    "ToolCallTypeError": said(
+        expect="chat completions only support assistant tool_calls of type 'function'. (parameter=tool_calls)"
+    ),
     "ToolChoiceError": said("the refusal's own words"),
     "ToolChoiceFunctionError": said(
         "get_weather",
@@ -367,6 +556,16 @@ EXAMPLES: dict[str, Example] = {
         ["temperature", "top_p"],
         expect="Unknown field(s) in sampling_params: beam, tempo. Allowed fields: temperature, top_p. (parameter=beam)",
     ),
+    "UnknownImageFamilyError": said(
+        "llava",
+        ["qwen2_vl", "pixtral"],
+        expect="No image tensors are defined for family 'llava'; families: qwen2_vl, pixtral.",
+    ),
+    "UnknownPartTypeError": said(
+        "hologram",
+        ["image_url", "text"],
+        expect="Unsupported chat content part type: 'hologram'. Supported types: image_url, text. (parameter=type, value=hologram)",
+    ),
     "UnknownReasoningParserError": said("thinker", expect="reasoning_parser_name='thinker' has not been registered"),
     "UnknownToolChoiceError": said(
         expect="The tool specified in `tool_choice` does not match any of the specified `tools` (parameter=tool_choice)"
@@ -374,16 +573,39 @@ EXAMPLES: dict[str, Example] = {
     "UnknownToolParserError": said(
         "nope", ("hermes", "llama3_json"), expect="invalid tool call parser: nope (chose from { hermes,llama3_json })"
     ),
+    "UnrenderedPartTypeError": said(
+        "input_audio",
+        ("image_url", "text"),
+        expect="Unsupported chat content part type for this renderer: 'input_audio'. Supported types: image_url, text.",
+    ),
+    "UnsupportedImageModelError": said(
+        "/models/llava",
+        "llava",
+        ("qwen2_vl", "pixtral"),
+        expect="The model in /models/llava has no supported image processor (model_type 'llava'); supported families: qwen2_vl, pixtral.",
+    ),
     "UnsupportedImageProcessorError": said("the refusal's own words"),
+    "UnsupportedImageSourceError": said(
+        "image_embeds",
+        "pixtral",
+        expect="image_embeds inputs are not supported for pixtral models; send the image as image_url.",
+    ),
     "UnsupportedInputError": said(
         "beam_width",
         "one beam only",
         4,
         expect="Input 'beam_width' is not supported by this server: one beam only (got 4). (parameter=beam_width)",
     ),
+    "UnsupportedModalityError": said("audio", expect="Modality 'audio' is not supported; only 'image' is."),
     "UnsupportedMultiModalError": said("the refusal's own words"),
-    "UntrustedChatTemplateError": said("the refusal's own words"),
-    "UntrustedMultiModalKwargsError": said("the refusal's own words"),
+    "UntrustedChatTemplateError": said(
+        expect="Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template."
+    ),
+    "UntrustedMultiModalKwargsError": said(
+        "mm_processor_kwargs",
+        "preprocessing",
+        expect="Per-request mm_processor_kwargs are disabled by default because they can change multimodal preprocessing resource usage. Start the server with --trust-request-mm-kwargs only when clients are trusted. (parameter=mm_processor_kwargs)",
+    ),
     "ValueRangeError": said(
         "temperature",
         "at least 0",
