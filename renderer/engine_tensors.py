@@ -16,7 +16,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import InvalidParamsError, TensorShapeError, short, EmbedsTableShapeError, EmbedsTableRangeError
+from .errors import (
+    TensorShapeError,
+    EmbedsTableShapeError,
+    EmbedsTableRangeError,
+    WordListOffsetsError,
+    PromptTableMixError,
+    PromptTableRowError,
+)
 from .sampling import SamplingParams
 
 Getter = Callable[[str], "np.ndarray | None"]
@@ -237,9 +244,7 @@ def decode_word_list(arr: np.ndarray | None, name: str = "stop_words_list") -> l
         if end < 0:
             break
         if not start < end <= len(flat):
-            raise InvalidParamsError(
-                f"Word list offsets must increase within the {len(flat)} ids, got {short(ends)}.", parameter=name
-            )
+            raise WordListOffsetsError(name, len(flat), ends)
         words.append(tuple(flat[start:end]))
         start = end
     return words
@@ -345,16 +350,10 @@ def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) ->
     if not any(fake):
         return None
     if not all(fake):
-        raise InvalidParamsError(
-            "input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other.",
-            parameter="input_ids",
-        )
+        raise PromptTableMixError()
     rows = [i - vocab_size for i in input_ids]
     if max(rows) >= table.shape[0]:
-        raise InvalidParamsError(
-            f"input_ids refers to prompt-table row {max(rows)}, but the table has {table.shape[0]} rows.",
-            parameter="input_ids",
-        )
+        raise PromptTableRowError(max(rows), table.shape[0])
     return table[rows]
 
 

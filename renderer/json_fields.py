@@ -47,7 +47,7 @@ def parse_json(text: str, name: str) -> Any:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise InvalidJSONError(name, f"{e.msg} at line {e.lineno} column {e.colno}") from None
+            raise InvalidJSONError(name, e.msg, e.lineno, e.colno) from None
         except RecursionError:
             raise nesting_error(name) from None
         # Deeper than the limit takes more than twice as many characters (a bracket to open and

@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from .errors import (
+    PadTokenMissingError,
+    TotalTokensOverContextError,
     PromptCharsTooLongError,
     FieldTypeError,
-    InvalidParamsError,
     LengthLimitError,
     OutputTokensError,
     PromptTooLongError,
@@ -75,20 +76,11 @@ class TokenizeParams:
     def __post_init__(self) -> None:
         total, out, inp = self.max_total_tokens, self.max_output_tokens, self.max_input_tokens
         if total is not None and out > total:
-            raise OutputTokensError(
-                f"{self.max_output_tokens_param}={out} cannot be greater than "
-                f"{self.max_total_tokens_param}={total}. Please request fewer output tokens.",
-                parameter=self.max_output_tokens_param,
-                value=out,
-            )
+            raise OutputTokensError(self.max_output_tokens_param, out, self.max_total_tokens_param, total)
         trunc = self.truncate_prompt_tokens
         if inp is not None and trunc is not None and trunc > inp:
             raise TruncationSizeError(
-                f"{self.truncate_prompt_tokens_param}={trunc} cannot be greater than "
-                f"{self.max_total_tokens_param} - {self.max_output_tokens_param} = {inp}. "
-                f"Please request a smaller truncation size.",
-                parameter=self.truncate_prompt_tokens_param,
-                value=trunc,
+                self.truncate_prompt_tokens_param, trunc, self.max_total_tokens_param, self.max_output_tokens_param, inp
             )
         if self.truncation_side is not None and self.truncation_side not in TRUNCATION_SIDES:
             raise TruncationSideError(self.truncation_side)
@@ -166,9 +158,7 @@ class TokenizeParams:
         if n is None or n <= len(ids):
             return ids
         if pad_id is None:
-            raise InvalidParamsError(
-                "pad_prompt_tokens needs a tokenizer with a pad token.", parameter="pad_prompt_tokens"
-            )
+            raise PadTokenMissingError()
         keep = self.truncation_length
         if keep is None:
             self.check_length(n, at_least=at_least)
@@ -296,12 +286,7 @@ def _check_ranges(changes: dict[str, Any], max_model_len: int | None) -> None:
         if total < 1:
             raise FieldTypeError("tokenize_params", "max_total_tokens", REQUEST_FIELDS["max_total_tokens"], total)
         if max_model_len is not None and total > max_model_len:
-            raise InvalidParamsError(
-                f"max_total_tokens={total} cannot be greater than the model's maximum context "
-                f"length of {max_model_len} tokens.",
-                parameter="max_total_tokens",
-                value=total,
-            )
+            raise TotalTokensOverContextError(total, max_model_len)
     if changes.get("max_output_tokens", 0) < 0:
         raise FieldTypeError(
             "tokenize_params", "max_output_tokens", REQUEST_FIELDS["max_output_tokens"], changes["max_output_tokens"]

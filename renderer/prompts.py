@@ -118,7 +118,7 @@ def decode_utf8(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InvalidUTF8Error(what, f"invalid byte at position {e.start}") from None
+        raise InvalidUTF8Error(what, e.start) from None
 
 
 def validate_cache_salt(salt: str | None) -> str | None:

@@ -71,6 +71,33 @@ class ImageRunsMismatchError(UnsupportedMultiModalError):
         super().__init__(f"{runs} placeholder runs, {hashes} hashes and {images} processed images do not match.")
 
 
+class WordListOffsetsError(InvalidParamsError):
+    """A TensorRT-LLM word list (``name``: ``stop_words_list``, ``bad_words_list``) whose offsets do
+    not increase within its ``ids`` ids."""
+
+    def __init__(self, name: str, ids: int, offsets: object) -> None:
+        super().__init__(f"Word list offsets must increase within the {ids} ids, got {short(offsets)}.", parameter=name)
+
+
+class PromptTableMixError(InvalidParamsError):
+    """TensorRT-LLM ``input_ids`` that mix vocabulary ids and prompt-table ids."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other.",
+            parameter="input_ids",
+        )
+
+
+class PromptTableRowError(InvalidParamsError):
+    """TensorRT-LLM ``input_ids`` naming a prompt-table row past the table's ``rows``."""
+
+    def __init__(self, row: int, rows: int) -> None:
+        super().__init__(
+            f"input_ids refers to prompt-table row {row}, but the table has {rows} rows.", parameter="input_ids"
+        )
+
+
 class EngineError(RenderError):
     """The engine refused the request: its own message, a client error."""
 
@@ -113,4 +140,8 @@ class BatchRowError(RenderError):
 
 
 class EngineFaultError(RuntimeError):
-    """The engine failed the request: an internal error, not the client's."""
+    """The engine failed the request: an internal error, not the client's. ``detail`` is the
+    engine's own message (free-form)."""
+
+    def __init__(self, engine: str, detail: str) -> None:
+        super().__init__(f"engine '{engine}': {detail}")

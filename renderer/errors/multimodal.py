@@ -379,16 +379,70 @@ class FastResampleError(UnsupportedImageProcessorError):
 
 class ImageDeviceError(UnsupportedMultiModalError):
     """An ``IMAGE_DEVICE`` / ``IMAGE_DECODE_DEVICE`` setting that cannot run here (a deployment
-    error, raised when the launcher renders the repository or the stage loads)."""
+    error, raised when the launcher renders the repository or the stage loads): ``setting=value``
+    and why not. Each refusal is a subclass that says why."""
 
     def __init__(self, setting: str, value: object, why: str) -> None:
         super().__init__(f"{setting}={value} {why}")
 
 
-class ImageDecoderUnavailableError(ImageDeviceError):
-    """``IMAGE_DECODE_DEVICE=cuda`` where torchvision (its ``decode_jpeg``) cannot be imported."""
+class DeviceChoiceError(ImageDeviceError):
+    """A device setting (``IMAGE_DEVICE``, ``IMAGE_DECODE_DEVICE``) that is none of its ``choices``."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, setting: str, value: object, choices: list[str] | tuple[str, ...]) -> None:
+        super().__init__(setting, value, f"is not a device here; choose one of {', '.join(choices)}.")
+
+
+class DeviceFormatError(ImageDeviceError):
+    """A processor device that is neither ``cpu`` nor ``cuda[:N]``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__("IMAGE_DEVICE", value, "is not a device here; choose cpu or cuda[:N].")
+
+
+class GPUInstanceRequiredError(ImageDeviceError):
+    """``IMAGE_DEVICE=cuda`` for an ``mm_process`` instance Triton runs on the CPU (``instance_kind``),
+    which is given no device."""
+
+    def __init__(self, value: object, instance_kind: str) -> None:
+        super().__init__(
+            "IMAGE_DEVICE",
+            value,
+            f"needs mm_process on the GPU, but its instance is {instance_kind} (MM_INSTANCE_KIND=KIND_GPU, "
+            "or auto on a host where nvidia-smi sees a GPU).",
+        )
+
+
+class DecodeDeviceNeedsGPUError(ImageDeviceError):
+    """Decoding on a device where the pixels are processed on the CPU (``device``): they would only
+    come back."""
+
+    def __init__(self, value: object, device: str) -> None:
+        super().__init__(
+            "IMAGE_DECODE_DEVICE",
+            value,
+            f"needs IMAGE_DEVICE=cuda (the pixels are processed where they are decoded), not {device}.",
+        )
+
+
+class DecodeDeviceNeedsFastError(ImageDeviceError):
+    """Decoding on a device with an image processor (``image_processor``) that resizes with Pillow,
+    on the CPU."""
+
+    def __init__(self, value: object, image_processor: str) -> None:
+        super().__init__(
+            "IMAGE_DECODE_DEVICE",
+            value,
+            f"needs IMAGE_PROCESSOR=fast (the {image_processor} processor resizes with Pillow, on the CPU).",
+        )
+
+
+class ImageDecoderUnavailableError(ImageDeviceError):
+    """``IMAGE_DECODE_DEVICE=cuda`` where torchvision (its ``decode_jpeg``) cannot be imported;
+    ``error`` is the import's failure, named with its message."""
+
+    def __init__(self, error: BaseException) -> None:
+        reason = f"{type(error).__name__}: {error}"
         super().__init__(
             "IMAGE_DECODE_DEVICE",
             "cuda",

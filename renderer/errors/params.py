@@ -71,10 +71,11 @@ class EmptyStopStringError(InvalidParamsError):
 
 
 class InvalidJSONError(InvalidParamsError):
-    """A tensor that must carry JSON (a parameter bag, the messages) does not parse."""
+    """A tensor that must carry JSON (a parameter bag, the messages) does not parse: the JSON
+    parser's ``reason``, and where."""
 
-    def __init__(self, what: str, detail: str) -> None:
-        super().__init__(f"{what} is not valid JSON: {detail}")
+    def __init__(self, what: str, reason: str, line: int, column: int) -> None:
+        super().__init__(f"{what} is not valid JSON: {reason} at line {line} column {column}")
 
 
 class ParamsNestingError(InvalidParamsError):
@@ -90,7 +91,16 @@ class ParamsNestingError(InvalidParamsError):
 
 
 class TruncationSizeError(InvalidParamsError):
-    """vLLM: truncate_prompt_tokens larger than max_total_tokens - max_output_tokens."""
+    """vLLM: truncate_prompt_tokens larger than max_total_tokens - max_output_tokens (``limit``),
+    each named as the request's parameters name it."""
+
+    def __init__(self, parameter: str, value: int, total_parameter: str, output_parameter: str, limit: int) -> None:
+        super().__init__(
+            f"{parameter}={value} cannot be greater than {total_parameter} - {output_parameter} = {limit}. "
+            "Please request a smaller truncation size.",
+            parameter=parameter,
+            value=value,
+        )
 
 
 class TruncationOverContextError(TruncationSizeError):
@@ -98,7 +108,9 @@ class TruncationOverContextError(TruncationSizeError):
     (its request's ``TokenizeParams``, which measures truncation against the whole context)."""
 
     def __init__(self, value: int, max_model_len: int) -> None:
-        super().__init__(
+        # Its own words: the bound is the context, not a difference of two parameters.
+        InvalidParamsError.__init__(
+            self,
             f"truncate_prompt_tokens={value} cannot be greater than max_model_len = {max_model_len}. "
             "Please request a smaller truncation size.",
             parameter="truncate_prompt_tokens",
@@ -116,7 +128,14 @@ class TruncationSideError(InvalidParamsError):
 
 
 class OutputTokensError(InvalidParamsError):
-    """max_output_tokens larger than max_total_tokens."""
+    """max_output_tokens larger than max_total_tokens, each named as the request's parameters name it."""
+
+    def __init__(self, parameter: str, value: int, total_parameter: str, total: int) -> None:
+        super().__init__(
+            f"{parameter}={value} cannot be greater than {total_parameter}={total}. Please request fewer output tokens.",
+            parameter=parameter,
+            value=value,
+        )
 
 
 class OutputOverContextError(OutputTokensError):
@@ -124,9 +143,53 @@ class OutputOverContextError(OutputTokensError):
     context: the front's check, before any stage sees the number, in vLLM's words."""
 
     def __init__(self, parameter: str, value: int, max_model_len: int) -> None:
+        super().__init__(parameter, value, "max_model_len", max_model_len)
+
+
+class TotalTokensOverContextError(InvalidParamsError):
+    """``tokenize_params.max_total_tokens`` larger than the model's context."""
+
+    def __init__(self, total: int, max_model_len: int) -> None:
         super().__init__(
-            f"{parameter}={value} cannot be greater than max_model_len={max_model_len}. "
-            "Please request fewer output tokens.",
-            parameter=parameter,
-            value=value,
+            f"max_total_tokens={total} cannot be greater than the model's maximum context "
+            f"length of {max_model_len} tokens.",
+            parameter="max_total_tokens",
+            value=total,
         )
+
+
+class PadTokenMissingError(InvalidParamsError):
+    """``pad_prompt_tokens`` asked of a model whose tokenizer has no pad token."""
+
+    def __init__(self) -> None:
+        super().__init__("pad_prompt_tokens needs a tokenizer with a pad token.", parameter="pad_prompt_tokens")
+
+
+class StopStringsLimitError(InvalidParamsError):
+    """``stop`` with more than ``max_strings`` strings, or one longer than ``max_chars``."""
+
+    def __init__(self, max_strings: int, max_chars: int) -> None:
+        super().__init__(
+            f"stop takes at most {max_strings} strings of at most {max_chars} characters.", parameter="stop"
+        )
+
+
+class StopTokenIdsTypeError(InvalidParamsError):
+    """``stop_token_ids`` that is not a list of integers (negative ones refused without a vocabulary)."""
+
+    def __init__(self, ids: object) -> None:
+        super().__init__(f"stop_token_ids must contain only integers, got {short(ids)}.", parameter="stop_token_ids")
+
+
+class StopTokenIdsLimitError(InvalidParamsError):
+    """``stop_token_ids`` with more than ``limit`` ids."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"stop_token_ids takes at most {limit} ids.", parameter="stop_token_ids")
+
+
+class TopKTypeError(InvalidParamsError):
+    """``top_k`` that is not an integer (vLLM's words, naming its type)."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(f"top_k must be an integer, got {type(value).__name__}", parameter="top_k")

@@ -41,10 +41,10 @@ class PromptTypeError(PromptError):
 
 
 class InvalidUTF8Error(PromptError):
-    """A text tensor's bytes are not UTF-8."""
+    """A text tensor's bytes are not UTF-8, from the byte at ``position`` on."""
 
-    def __init__(self, what: str, detail: str) -> None:
-        super().__init__(f"{what} is not valid UTF-8: {detail}")
+    def __init__(self, what: str, position: int) -> None:
+        super().__init__(f"{what} is not valid UTF-8: invalid byte at position {position}")
 
 
 class EmptyPromptError(PromptError):

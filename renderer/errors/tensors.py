@@ -58,7 +58,30 @@ class LengthLimitError(TensorError):
 
 
 class OutputParsingError(TensorError):
-    """The ``output_parsing`` tensor (``chat_render``'s instructions to ``detokenize``) is not one."""
+    """The ``output_parsing`` tensor (``chat_render``'s instructions to ``detokenize``) is not one;
+    ``detail`` says how. Each way is a subclass that gives the detail."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"Input 'output_parsing' {detail}.", parameter="output_parsing")
+
+
+class OutputParsingJSONError(OutputParsingError):
+    """An ``output_parsing`` tensor that does not parse; ``reason`` is the JSON parser's message."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(f"is not JSON: {reason}")
+
+
+class OutputParsingObjectError(OutputParsingError):
+    """An ``output_parsing`` tensor whose JSON is not an object."""
+
+    def __init__(self) -> None:
+        super().__init__("must be a JSON object")
+
+
+class OutputParserNameError(OutputParsingError):
+    """An ``output_parsing`` tensor naming a parser (``key``: ``tool_call_parser``,
+    ``reasoning_parser``) this server does not have."""
+
+    def __init__(self, key: str, name: object) -> None:
+        super().__init__(f"names no {key} this server has: {name!r}")

@@ -175,7 +175,24 @@ EXAMPLES: dict[str, Example] = {
         "ids given",
         expect="input_lengths=5 does not match the 4 ids given. (parameter=input_lengths)",
     ),
+    "DecodeDeviceNeedsFastError": said(
+        "cuda",
+        "slow",
+        expect="IMAGE_DECODE_DEVICE=cuda needs IMAGE_PROCESSOR=fast (the slow processor resizes with Pillow, on the CPU).",
+    ),
+    "DecodeDeviceNeedsGPUError": said(
+        "cuda",
+        "cpu",
+        expect="IMAGE_DECODE_DEVICE=cuda needs IMAGE_DEVICE=cuda (the pixels are processed where they are decoded), not cpu.",
+    ),
     "DecoderStartTokenError": said(expect="Cannot find decoder start token id or <BOS>"),
+    "DeviceChoiceError": said(
+        "IMAGE_DEVICE",
+        "tpu",
+        ("auto", "cpu", "cuda"),
+        expect="IMAGE_DEVICE=tpu is not a device here; choose one of auto, cpu, cuda.",
+    ),
+    "DeviceFormatError": said("cuda:x", expect="IMAGE_DEVICE=cuda:x is not a device here; choose cpu or cuda[:N]."),
     "DocumentsError": said("'int' object is not iterable", expect="'int' object is not iterable"),
     "EmbedsBase64Error": said("Incorrect padding", expect="`prompt_embeds` is not valid base64: Incorrect padding"),
     "EmbedsDeserializeError": said(
@@ -230,7 +247,7 @@ EXAMPLES: dict[str, Example] = {
     ),
     "EncoderPromptMissingError": said(expect="Either encoder_prompt or encoder_prompt_token_ids must be provided."),
     "EngineError": said("the refusal's own words"),
-    "EngineFaultError": said("engine 'vllm': CUDA out of memory", expect="engine 'vllm': CUDA out of memory"),
+    "EngineFaultError": said("vllm", "CUDA out of memory", expect="engine 'vllm': CUDA out of memory"),
     "EngineImageFamilyError": said(
         "llava",
         ["qwen2_vl", "pixtral"],
@@ -262,6 +279,11 @@ EXAMPLES: dict[str, Example] = {
         '"required"',
         expect='tool_choice="required" is not served: vLLM forces the call with structured outputs and this server\'s engines take no guided decoding; send tool_choice "auto" (parameter=tool_choice)',
     ),
+    "GPUInstanceRequiredError": said(
+        "cuda",
+        "KIND_CPU",
+        expect="IMAGE_DEVICE=cuda needs mm_process on the GPU, but its instance is KIND_CPU (MM_INSTANCE_KIND=KIND_GPU, or auto on a host where nvidia-smi sees a GPU).",
+    ),
     "GenerationPromptConflictError": said(
         True, expect="Cannot set both `continue_final_message` and `add_generation_prompt` to True."
     ),
@@ -272,7 +294,7 @@ EXAMPLES: dict[str, Example] = {
     ),
     "ImageDecodeError": said("image file is truncated", expect="Failed to load image: image file is truncated"),
     "ImageDecoderUnavailableError": said(
-        "ModuleNotFoundError: No module named 'torchvision'",
+        ModuleNotFoundError("No module named 'torchvision'"),
         expect="IMAGE_DECODE_DEVICE=cuda decodes JPEG images with torchvision.io.decode_jpeg, which cannot be imported here (ModuleNotFoundError: No module named 'torchvision'); install torchvision beside torch, or set IMAGE_DECODE_DEVICE=cpu (Pillow, as vLLM decodes).",
     ),
     "ImageDeviceError": said(
@@ -311,15 +333,15 @@ EXAMPLES: dict[str, Example] = {
     "InputUTF8Error": said("prompt", expect="Input 'prompt' is not valid UTF-8. (parameter=prompt)"),
     "InvalidJSONError": said(
         "sampling_params",
-        "Expecting value: line 1 column 1 (char 0)",
-        expect="sampling_params is not valid JSON: Expecting value: line 1 column 1 (char 0)",
+        "Expecting value",
+        1,
+        1,
+        expect="sampling_params is not valid JSON: Expecting value at line 1 column 1",
     ),
     "InvalidMessagesError": said("the refusal's own words"),
     "InvalidParamsError": said("the refusal's own words"),
     "InvalidToolChoiceError": said("the refusal's own words"),
-    "InvalidUTF8Error": said(
-        "prompt", "invalid byte at position 3", expect="prompt is not valid UTF-8: invalid byte at position 3"
-    ),
+    "InvalidUTF8Error": said("prompt", 3, expect="prompt is not valid UTF-8: invalid byte at position 3"),
     "LengthLimitError": said(
         [8192, 9000],
         expect="Input 'length_limit' must be (max_total_tokens >= 1 or -1, 0 <= max_output_tokens <= max_total_tokens), got [8192, 9000].",
@@ -419,10 +441,29 @@ EXAMPLES: dict[str, Example] = {
         8192,
         expect="max_completion_tokens=9000 cannot be greater than max_model_len=8192. Please request fewer output tokens. (parameter=max_completion_tokens, value=9000)",
     ),
+    "OutputParserNameError": said(
+        "tool_call_parser",
+        "nope",
+        expect="Input 'output_parsing' names no tool_call_parser this server has: 'nope'. (parameter=output_parsing)",
+    ),
     "OutputParsingError": said(
         "must be a JSON object", expect="Input 'output_parsing' must be a JSON object. (parameter=output_parsing)"
     ),
-    "OutputTokensError": said("the refusal's own words"),
+    "OutputParsingJSONError": said(
+        "Expecting value: line 1 column 1 (char 0)",
+        expect="Input 'output_parsing' is not JSON: Expecting value: line 1 column 1 (char 0). (parameter=output_parsing)",
+    ),
+    "OutputParsingObjectError": said(expect="Input 'output_parsing' must be a JSON object. (parameter=output_parsing)"),
+    "OutputTokensError": said(
+        "max_output_tokens",
+        900,
+        "max_total_tokens",
+        512,
+        expect="max_output_tokens=900 cannot be greater than max_total_tokens=512. Please request fewer output tokens. (parameter=max_output_tokens, value=900)",
+    ),
+    "PadTokenMissingError": said(
+        expect="pad_prompt_tokens needs a tokenizer with a pad token. (parameter=pad_prompt_tokens)"
+    ),
     "ParamsNestingError": said(
         "chat_template_kwargs.a",
         64,
@@ -462,6 +503,12 @@ EXAMPLES: dict[str, Example] = {
         ["prompt", "prompt_token_ids"],
         expect="Exactly one of prompt, prompt_token_ids or prompt_embeds may be provided, got prompt and prompt_token_ids.",
     ),
+    "PromptTableMixError": said(
+        expect="input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other. (parameter=input_ids)"
+    ),
+    "PromptTableRowError": said(
+        7, 4, expect="input_ids refers to prompt-table row 7, but the table has 4 rows. (parameter=input_ids)"
+    ),
     "PromptTooLongError": said(
         2048,
         16,
@@ -489,6 +536,13 @@ EXAMPLES: dict[str, Example] = {
     ),
     "RequestRecursionError": said(expect="The chat request is nested too deeply (messages, tools or documents)."),
     "SamplingRangeError": said("top_k", "-1, 0 or at least 1", -2, expect="top_k must be -1, 0 or at least 1, got -2."),
+    "StopStringsLimitError": said(
+        64, 512, expect="stop takes at most 64 strings of at most 512 characters. (parameter=stop)"
+    ),
+    "StopTokenIdsLimitError": said(1024, expect="stop_token_ids takes at most 1024 ids. (parameter=stop_token_ids)"),
+    "StopTokenIdsTypeError": said(
+        [1, "2"], expect="stop_token_ids must contain only integers, got [1, '2']. (parameter=stop_token_ids)"
+    ),
     "StreamingNeedsDecoupledError": said(
         expect="Streaming is only supported if model is deployed using decoupled mode."
     ),
@@ -541,6 +595,12 @@ EXAMPLES: dict[str, Example] = {
     "ToolParsingUnavailableError": said(
         "tool_choice needs a tool-call parser", expect="tool_choice needs a tool-call parser"
     ),
+    "TopKTypeError": said(1.5, expect="top_k must be an integer, got float (parameter=top_k)"),
+    "TotalTokensOverContextError": said(
+        9000,
+        8192,
+        expect="max_total_tokens=9000 cannot be greater than the model's maximum context length of 8192 tokens. (parameter=max_total_tokens, value=9000)",
+    ),
     "TruncationOverContextError": said(
         9000,
         8192,
@@ -549,7 +609,14 @@ EXAMPLES: dict[str, Example] = {
     "TruncationSideError": said(
         "middle", expect="`truncation_side` must be either 'left' or 'right'. (parameter=truncation_side, value=middle)"
     ),
-    "TruncationSizeError": said("the refusal's own words"),
+    "TruncationSizeError": said(
+        "truncate_prompt_tokens",
+        900,
+        "max_total_tokens",
+        "max_output_tokens",
+        500,
+        expect="truncate_prompt_tokens=900 cannot be greater than max_total_tokens - max_output_tokens = 500. Please request a smaller truncation size. (parameter=truncate_prompt_tokens, value=900)",
+    ),
     "UnknownFieldError": said(
         "sampling_params",
         ["tempo", "beam"],
@@ -611,6 +678,12 @@ EXAMPLES: dict[str, Example] = {
         "at least 0",
         -1,
         expect="temperature must be at least 0, got -1. (parameter=temperature, value=-1)",
+    ),
+    "WordListOffsetsError": said(
+        "stop_words_list",
+        3,
+        [2, 1],
+        expect="Word list offsets must increase within the 3 ids, got [2, 1]. (parameter=stop_words_list)",
     ),
     "InputTooLargeError": said(
         "prompt",
