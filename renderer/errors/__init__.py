@@ -3,8 +3,16 @@
 All request errors derive from ``RenderError`` so an adapter maps exactly these to a client error
 (HTTP 400 / gRPC INVALID_ARGUMENT) and anything else to an internal error. Messages follow vLLM's
 wording where vLLM has one; tests match on them. Each class takes the facts (names, values,
-limits) and builds its text itself, so a raise site names what was wrong, not how to say it.
-The classes are grouped by domain, one module each; every public name is importable from here.
+limits) and builds its text itself, so a raise site names what was wrong, not how to say it. A
+group class (``ContentPartError``, ``MediaLoadError``, ...) is what callers catch; each way it
+refuses is a subclass. Only another library's words (Jinja's, pydantic's, Pillow's, an engine's)
+travel as a free-form ``detail``, as each such class's docstring says.
+
+The classes are grouped by domain, one module each: ``base`` (``RenderError`` and the parameter
+suffix), ``params`` (the JSON parameter bags), ``prompt``, ``tensors`` (the tensor seam),
+``engine`` (TensorRT-LLM's inputs and the engines), ``chat`` (messages, templates, tool choice),
+``multimodal`` and ``settings`` (start-up settings, not request errors). Every public name is
+importable from here.
 """
 
 from __future__ import annotations

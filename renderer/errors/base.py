@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-
+# vLLM's validation errors print the parameter (and value) they are about after the message:
+# ``<message> (parameter=max_tokens, value=0)``. That is the one form in which an error names its
+# parameter here too, in the message itself, so it crosses Triton (which carries only a message and
+# a code) and reaches a client as vLLM's would; ``parameter_of`` reads it back.
 _PARAMETER = re.compile(r"\(parameter=([A-Za-z0-9_.\[\]-]+)(?:, value=.*)?\)\s*$", re.S)
 
 

@@ -484,6 +484,9 @@ class ChatTemplateNumberError(ChatTemplateLimitError):
         super().__init__(f"Chat template computed a number of about {bits:.0f} bits; the limit is {limit}.")
 
 
+# Request-supplied chat templates render in a separate process (renderer/chat/template_worker.py).
+
+
 class ChatTemplateWorkerError(ChatTemplateLimitError):
     """A request's template failed in its render worker in a way the template's own errors do not
     name; the worker was replaced. ``name`` and ``detail`` are the worker's error's type and message."""

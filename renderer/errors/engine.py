@@ -99,7 +99,11 @@ class PromptTableRowError(InvalidParamsError):
 
 
 class EngineError(RenderError):
-    """The engine refused the request: its own message, a client error."""
+    """The engine refused the request: a client error, in the engine's own words (``detail``,
+    free-form)."""
+
+    def __init__(self, detail: str, *, parameter: str | None = None) -> None:
+        super().__init__(detail, parameter=parameter)
 
 
 class StreamingNeedsDecoupledError(EngineError):
