@@ -18,17 +18,17 @@ import struct
 from typing import TYPE_CHECKING
 
 from .errors import (
-    EmbedsEncodingError,
     EmbedsBase64Error,
     EmbedsDeserializeError,
-    EmbedsNotTensorError,
-    EmbedsSparseError,
-    EmbedsSafetensorsError,
-    EmbedsTensorCountError,
-    EmbedsShapeError,
-    EmbedsHiddenSizeError,
     EmbedsDtypeError,
+    EmbedsEncodingError,
+    EmbedsHiddenSizeError,
     EmbedsNonFiniteError,
+    EmbedsNotTensorError,
+    EmbedsSafetensorsError,
+    EmbedsShapeError,
+    EmbedsSparseError,
+    EmbedsTensorCountError,
 )
 
 if TYPE_CHECKING:

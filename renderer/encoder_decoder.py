@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import RenderError, EncoderPromptMissingError, EncoderDecoderFormsError, DecoderStartTokenError
+from .errors import DecoderStartTokenError, EncoderDecoderFormsError, EncoderPromptMissingError, RenderError
 from .model_info import ModelInfo
 from .params import TokenizeParams
 from .prompts import EngineInput, RawPrompt, TokenizedPrompt, completion_prompt

@@ -17,12 +17,12 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .errors import (
-    TensorShapeError,
-    EmbedsTableShapeError,
     EmbedsTableRangeError,
-    WordListOffsetsError,
+    EmbedsTableShapeError,
     PromptTableMixError,
     PromptTableRowError,
+    TensorShapeError,
+    WordListOffsetsError,
 )
 from .sampling import SamplingParams
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from .errors import (
-    PadTokenMissingError,
-    TotalTokensOverContextError,
-    PromptCharsTooLongError,
     FieldTypeError,
     LengthLimitError,
     OutputTokensError,
+    PadTokenMissingError,
+    PromptCharsTooLongError,
     PromptTooLongError,
+    TotalTokensOverContextError,
     TruncationSideError,
     TruncationSizeError,
     UnknownFieldError,

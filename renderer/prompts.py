@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from .errors import InvalidUTF8Error, PromptFormError, PromptTypeError, EmptyCacheSaltError, CacheSaltLengthError
+from .errors import CacheSaltLengthError, EmptyCacheSaltError, InvalidUTF8Error, PromptFormError, PromptTypeError
 
 MAX_CACHE_SALT_CHARS = 1024
 

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar, Union
 
 from .errors import (
-    EmbedsDisabledError,
     EmbedsDetokenizeError,
+    EmbedsDisabledError,
     EmbedsPaddingError,
     EmptyPromptError,
     NoPromptError,
     PromptTypeError,
     RenderError,
-    TokenIdTypeError,
     TokenIdRangeError,
+    TokenIdTypeError,
 )
 from .model_info import ModelInfo
 from .params import TokenizeParams, request_tokenize_params

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .errors import (
-    StopStringsLimitError,
-    StopTokenIdsTypeError,
-    StopTokenIdsLimitError,
-    TopKTypeError,
     EmptyStopStringError,
     FieldTypeError,
     MaxTokensError,
     OutOfVocabStopIdsError,
     SamplingRangeError,
+    StopStringsLimitError,
+    StopTokenIdsLimitError,
+    StopTokenIdsTypeError,
+    TopKTypeError,
     UnknownFieldError,
     ValueRangeError,
 )

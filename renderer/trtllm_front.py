@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine_tensors import SERVED_ONLY_AT_DEFAULT, Getter, read_scalar
-from .errors import MissingInputError, UnsupportedInputError, InputUTF8Error
+from .errors import InputUTF8Error, MissingInputError, UnsupportedInputError
 from .sampling import SamplingParams
 
 

@@ -17,22 +17,22 @@ import jinja2
 import jinja2.meta
 
 from ..errors import (
-    ChatTemplateRecursionError,
-    TemplateCallArgumentError,
     AssistantTokensMaskError,
-    DocumentsError,
-    EmptyConversationError,
-    ContinueWithGenerationPromptError,
-    FinalMessageTypeError,
-    FinalMessageFieldError,
-    ContinueFieldNotInTemplateError,
-    NoTextToContinueError,
-    FinalMessageNotRenderedError,
+    ChatTemplateRecursionError,
     ChatTemplateRenderError,
     ChatTemplateResourceError,
     ChatTemplateSecurityError,
     ChatTemplateSyntaxError,
+    ContinueFieldNotInTemplateError,
+    ContinueWithGenerationPromptError,
+    DocumentsError,
+    EmptyConversationError,
+    FinalMessageFieldError,
+    FinalMessageNotRenderedError,
+    FinalMessageTypeError,
+    NoTextToContinueError,
     RenderError,
+    TemplateCallArgumentError,
 )
 from ..json_fields import json_copy
 from .params import TEMPLATE_CHOICE_KWARGS

@@ -37,21 +37,21 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import (
-    MediaItemsEntryError,
-    MediaItemsDataError,
-    MediaItemsCountError,
-    NotSubscriptableError,
-    TextPartJoinError,
     ContentPartShapeError,
-    UnrenderedPartTypeError,
-    UnknownPartTypeError,
-    PartUUIDMissingError,
-    PartTypeMissingError,
-    PartTypeInvalidError,
     ImagePartValidationError,
+    MediaItemsCountError,
+    MediaItemsDataError,
+    MediaItemsEntryError,
+    MultiModalPlaceholderError,
+    NotSubscriptableError,
+    PartTypeInvalidError,
+    PartTypeMissingError,
+    PartUUIDMissingError,
+    TextPartJoinError,
     ToolCallEntryError,
     ToolCallTypeError,
-    MultiModalPlaceholderError,
+    UnknownPartTypeError,
+    UnrenderedPartTypeError,
 )
 from .request import ChatCompletionContentPartParam, content_parts, sanitize_message
 from .shape import plain_fields

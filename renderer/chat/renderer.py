@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import (
-    TemplateCallArgumentError,
     ChatTemplateResolutionError,
     MultiModalLimitError,
     RenderError,
+    TemplateCallArgumentError,
     UntrustedChatTemplateError,
     UntrustedMultiModalKwargsError,
 )

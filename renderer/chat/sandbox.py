@@ -49,22 +49,22 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
 from ..errors import (
-    ChatTemplateLoopError,
-    ChatTemplateDeadlineError,
-    ChatTemplateBuildError,
-    ChatTemplateOutputError,
-    ChatTemplatePaddingError,
-    ChatTemplateIndentError,
-    ChatTemplateRangeError,
-    ChatTemplateCountError,
-    ChatTemplateNumberError,
     ChatTemplateBlocksError,
-    ChatTemplateTooLargeError,
+    ChatTemplateBuildError,
     ChatTemplateCompileError,
+    ChatTemplateCountError,
+    ChatTemplateDeadlineError,
+    ChatTemplateIndentError,
     ChatTemplateLimitError,
     ChatTemplateLiteralError,
+    ChatTemplateLoopError,
     ChatTemplateNestingError,
+    ChatTemplateNumberError,
+    ChatTemplateOutputError,
+    ChatTemplatePaddingError,
+    ChatTemplateRangeError,
     ChatTemplateSyntaxError,
+    ChatTemplateTooLargeError,
 )
 
 

@@ -49,13 +49,13 @@ from typing import Any, Mapping
 from .. import errors
 from .. import stage_params as sp
 from ..errors import (
-    RenderDataNestingError,
     ChatTemplateLimitError,
     ChatTemplateResourceError,
     ChatTemplateSizeError,
     ChatTemplateTimeoutError,
     ChatTemplateWorkerCrashError,
     ChatTemplateWorkerError,
+    RenderDataNestingError,
     RenderError,
 )
 from ..model_info import config_number

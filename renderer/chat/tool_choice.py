@@ -19,12 +19,12 @@ from typing import Any
 
 from .. import stage_params as sp
 from ..errors import (
-    ToolChoiceValueError,
-    ToolChoiceFunctionError,
-    ToolChoiceNameMissingError,
-    ToolChoiceNameError,
     AutoToolChoiceDisabledError,
     AutoToolChoiceWithoutParserError,
+    ToolChoiceFunctionError,
+    ToolChoiceNameError,
+    ToolChoiceNameMissingError,
+    ToolChoiceValueError,
     ToolChoiceWithoutToolsError,
     ToolParserRequiredError,
     UnknownReasoningParserError,

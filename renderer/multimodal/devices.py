@@ -29,12 +29,12 @@ import re
 from typing import Any, Callable
 
 from ..errors import (
-    ImageDecoderUnavailableError,
+    DecodeDeviceNeedsFastError,
+    DecodeDeviceNeedsGPUError,
     DeviceChoiceError,
     DeviceFormatError,
     GPUInstanceRequiredError,
-    DecodeDeviceNeedsGPUError,
-    DecodeDeviceNeedsFastError,
+    ImageDecoderUnavailableError,
 )
 
 IMAGE_DEVICES = ("auto", "cpu", "cuda")

@@ -50,15 +50,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import (
-    ImageTokenMissingError,
-    ProcessorKwargValueError,
-    ImageProcessorSettingError,
     FastResampleError,
+    ImageAspectRatioError,
+    ImageProcessorSettingError,
+    ImageSizeMultipleError,
+    ImageTokenMissingError,
     ProcessorKwargUnknownError,
+    ProcessorKwargValueError,
     ProcessorPixelsOrderError,
     ProcessorSizeKeysError,
-    ImageSizeMultipleError,
-    ImageAspectRatioError,
 )
 from ..model_info import read_json_object
 from .media import LoadedImage

@@ -34,10 +34,10 @@ import numpy as np
 from .. import stage_params as sp
 from ..chat.messages import MultiModalItem
 from ..errors import (
-    UnsupportedModalityError,
-    UnsupportedImageSourceError,
     MultiModalCacheMissError,
     MultiModalPlaceholderCountError,
+    UnsupportedImageSourceError,
+    UnsupportedModalityError,
 )
 from ..media_defaults import DEFAULT_IMAGE_DECODE_DEVICE, DEFAULT_IMAGE_PROCESSOR
 from ..model_info import config_number

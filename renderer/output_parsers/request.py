@@ -19,9 +19,9 @@ from typing import Any
 
 from ..errors import (
     ForcedToolChoiceUnavailableError,
+    OutputParserNameError,
     OutputParsingJSONError,
     OutputParsingObjectError,
-    OutputParserNameError,
 )
 
 # vLLM's tool parsers whose ``adjust_request`` sets ``skip_special_tokens`` False when tools are in
