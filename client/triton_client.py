@@ -177,7 +177,7 @@ class RequestError(Exception):
     @property
     def parameter(self) -> str | None:
         """The request field the server's message names, in vLLM's form (``... (parameter=max_tokens)``):
-        how an error carries its parameter across Triton (``renderer/errors.py``)."""
+        how an error carries its parameter across Triton (``renderer/errors/``)."""
         return parameter_of(self.message)
 
     def __repr__(self) -> str:

@@ -24,9 +24,10 @@ from renderer.engine_tensors import (
     read_scalar,
 )
 from renderer.errors import (
+    DeclaredLengthError,
+    InputIdsRangeError,
     MissingInputError,
     StreamingNeedsDecoupledError,
-    TensorError,
     UnsupportedInputError,
     ValueRangeError,
 )
@@ -134,32 +135,22 @@ def parse(
     if table is not None and table.size:
         rows = read_scalar(get, "prompt_vocab_size", int, None)
         if rows is not None and rows != table.shape[0]:
-            raise TensorError(
-                f"prompt_vocab_size={rows} does not match the {table.shape[0]} rows of prompt_embedding_table.",
-                parameter="prompt_vocab_size",
-            )
+            raise DeclaredLengthError("prompt_vocab_size", rows, table.shape[0], "rows of prompt_embedding_table")
         embeds = prompt_rows(ids, table.astype(np.float32), vocab_size)
     else:
         if any(i >= vocab_size or i < 0 for i in ids):
-            raise TensorError(
-                f"input_ids must be in [0, {vocab_size}) without a prompt_embedding_table.", parameter="input_ids"
-            )
+            raise InputIdsRangeError(vocab_size)
         embeds = None
     declared = read_scalar(get, "input_lengths", int, None)
     if declared is not None and declared != len(ids):
-        raise TensorError(
-            f"input_lengths={declared} does not match the {len(ids)} ids given.", parameter="input_lengths"
-        )
+        raise DeclaredLengthError("input_lengths", declared, len(ids), "ids given")
     decoder_ids = _ids(get, "decoder_input_ids") if encoder_decoder else None
     if encoder_decoder:
         if not decoder_ids:
             raise MissingInputError("decoder_input_ids", "by an encoder-decoder engine")
         n_dec = read_scalar(get, "decoder_input_lengths", int, None)
         if n_dec is not None and n_dec != len(decoder_ids):
-            raise TensorError(
-                f"decoder_input_lengths={n_dec} does not match the {len(decoder_ids)} ids given.",
-                parameter="decoder_input_lengths",
-            )
+            raise DeclaredLengthError("decoder_input_lengths", n_dec, len(decoder_ids), "ids given")
     max_tokens = read_scalar(get, "request_output_len", int, None)
     if max_tokens is None:
         raise MissingInputError("request_output_len")

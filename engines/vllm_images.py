@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from renderer.errors import UnsupportedMultiModalError
+from renderer.errors import EngineImageFamilyError, ImageRunsMismatchError
 
 Items = Callable[[Mapping[str, np.ndarray]], tuple[dict[str, Any], dict[str, Any]]]
 """``images -> (BatchFeature data, field config)``: one family's ``MultiModalKwargsItems`` layout."""
@@ -99,9 +99,7 @@ FAMILIES: dict[str, Family] = {
 def family(name: str) -> Family:
     fam = FAMILIES.get(name)
     if fam is None:
-        raise UnsupportedMultiModalError(
-            f"vLLM's engine here takes images of the families {', '.join(FAMILIES)}, not {name!r}."
-        )
+        raise EngineImageFamilyError(name, list(FAMILIES))
     return fam
 
 
@@ -134,10 +132,7 @@ def mm_input(
     kwargs = MultiModalKwargsItems.from_hf_inputs(BatchFeature(data), fields)
     runs = np.asarray(images["mm_placeholders"], dtype=np.int64).reshape(-1, 2).tolist()
     if len(runs) != len(hashes) or len(runs) != len(kwargs.get("image", ())):
-        raise UnsupportedMultiModalError(
-            f"{len(runs)} placeholder runs, {len(hashes)} hashes and {len(kwargs.get('image', ()))} processed "
-            "images do not match."
-        )
+        raise ImageRunsMismatchError(len(runs), len(hashes), len(kwargs.get("image", ())))
     ids = np.asarray(input_ids)
     ranges = []
     for offset, length in runs:

@@ -12,14 +12,22 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-from .errors import BodyNestingError, BodyNotJSONError, BodyNotObjectError, BodyTooLargeError
+from .errors import (
+    BodyEncodingError,
+    BodyJSONConstantError,
+    BodyJSONSyntaxError,
+    BodyNestingError,
+    BodyNotObjectError,
+    BodySurrogateError,
+    BodyTooLargeError,
+)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """The launcher passes MAX_INPUT_BYTES, the ensembles' own limit per input tensor."""
 
 
 def _refuse_constant(name: str) -> Any:
-    raise BodyNotJSONError(f"The request body is not valid JSON: {name} is not a JSON value.")
+    raise BodyJSONConstantError(name)
 
 
 async def read_body(chunks: AsyncIterator[bytes], declared_length: str | None, limit: int) -> dict[str, Any]:
@@ -39,15 +47,15 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BodyNotJSONError(f"The request body is not valid UTF-8: {e}.") from None
+        raise BodyEncodingError(e) from None
     try:
         body = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
-        raise BodyNestingError("The request body nests arrays and objects too deeply to be parsed.") from None
+        raise BodyNestingError() from None
     except json.JSONDecodeError as e:
-        raise BodyNotJSONError(f"The request body is not valid JSON: {e}") from None
+        raise BodyJSONSyntaxError(e) from None
     if not isinstance(body, dict):
-        raise BodyNotObjectError(f"The request body must be a JSON object, got {type(body).__name__}.")
+        raise BodyNotObjectError(type(body).__name__)
     if "\\u" in text:  # only an escape can bring a lone surrogate in
         _refuse_lone_surrogates(body)
     return body
@@ -58,9 +66,6 @@ def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
         json.dumps(body, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as e:
         bad = e.object[e.start : e.end]
-        raise BodyNotJSONError(
-            f"The request body holds a lone UTF-16 surrogate ({bad.encode('unicode_escape').decode()}), "
-            "which is no Unicode character."
-        ) from None
+        raise BodySurrogateError(bad.encode("unicode_escape").decode()) from None
     except RecursionError:  # parsed, but too deep to walk again
-        raise BodyNestingError("The request body nests arrays and objects too deeply to be parsed.") from None
+        raise BodyNestingError() from None

@@ -168,12 +168,95 @@ class BodyTooLargeError(RequestBodyError):
 
 
 class BodyNotJSONError(RequestBodyError):
-    """The body is not strict JSON (or not UTF-8, or holds text no Unicode string can)."""
+    """The body is not strict JSON (or not UTF-8, or holds text no Unicode string can). The group:
+    each way is a subclass that words its own message."""
+
+
+class BodyEncodingError(BodyNotJSONError):
+    """The body's bytes are not UTF-8; ``reason`` is the decoder's message."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(f"The request body is not valid UTF-8: {reason}.")
+
+
+class BodyJSONSyntaxError(BodyNotJSONError):
+    """The body is not JSON; ``reason`` is the parser's message (what, and where)."""
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(f"The request body is not valid JSON: {reason}")
+
+
+class BodyJSONConstantError(BodyNotJSONError):
+    """The body holds one of JSON's non-standard constants (``NaN``, ``Infinity``, ``-Infinity``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"The request body is not valid JSON: {name} is not a JSON value.")
+
+
+class BodySurrogateError(BodyNotJSONError):
+    """The body holds a lone UTF-16 surrogate escape: valid JSON, but no Unicode text, so no tensor
+    can carry it; ``escape`` is the surrogate, escaped."""
+
+    def __init__(self, escape: str) -> None:
+        super().__init__(f"The request body holds a lone UTF-16 surrogate ({escape}), which is no Unicode character.")
 
 
 class BodyNestingError(RequestBodyError):
     """The body nests arrays and objects deeper than it can be parsed."""
 
+    def __init__(self) -> None:
+        super().__init__("The request body nests arrays and objects too deeply to be parsed.")
+
 
 class BodyNotObjectError(RequestBodyError):
-    """The body is JSON, but not an object."""
+    """The body is JSON, but not an object; ``kind`` names what it is, where the message says."""
+
+    def __init__(self, kind: str | None = None) -> None:
+        got = "" if kind is None else f", got {kind}"
+        super().__init__(f"The request body must be a JSON object{got}.")
+
+
+class MessagesNotListError(FrontRequestError):
+    """A chat request whose ``messages`` is not a list."""
+
+    def __init__(self) -> None:
+        super().__init__("messages must be a list of chat messages.", parameter="messages")
+
+
+class PromptAndEmbedsError(FrontRequestError):
+    """A completion request with both a prompt and ``prompt_embeds``."""
+
+    def __init__(self) -> None:
+        super().__init__("Provide either prompt or prompt_embeds, not both.", parameter="prompt")
+
+
+class PromptEmbedsFieldError(FrontRequestError):
+    """``prompt_embeds`` that is not a base64 string."""
+
+    def __init__(self) -> None:
+        super().__init__("prompt_embeds must be a base64 string of one serialized tensor.", parameter="prompt_embeds")
+
+
+class PromptBatchError(FrontRequestError):
+    """A completion request with several prompts: this server takes one per request."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This server takes one prompt per request; send the prompts as separate requests.", parameter="prompt"
+        )
+
+
+class PromptFieldError(FrontRequestError):
+    """A ``prompt`` that is neither a string, a list of token ids, nor a list holding one of them."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "prompt must be a string, a list of token ids, or a list holding one of them.", parameter="prompt"
+        )
+
+
+class TokensFieldError(FrontRequestError):
+    """A detokenize request whose ``tokens`` is not a list of token ids."""
+
+    def __init__(self) -> None:
+        super().__init__("tokens must be a list of token ids.", parameter="tokens")

@@ -41,17 +41,22 @@ from .errors import (
     BodyNotObjectError,
     CacheSaltFieldError,
     CacheSaltFormError,
-    FrontRequestError,
     GenerationPromptFlagsError,
     LogprobsLimitError,
     LogprobsRangeError,
     LogprobsTypeError,
     MessagesNotIterableError,
+    MessagesNotListError,
     NoPromptGivenError,
+    PromptAndEmbedsError,
+    PromptBatchError,
+    PromptEmbedsFieldError,
+    PromptFieldError,
     PromptLogprobsStreamError,
     RequestModelError,
     SingleChoiceError,
     StreamOptionsError,
+    TokensFieldError,
     TopLogprobsWithoutLogprobsError,
     UnknownModelError,
     UnsupportedFieldError,
@@ -365,7 +370,7 @@ def request_model_error(e: ValidationError) -> RequestModelError:
 
 def _body_object(body: Any) -> Mapping[str, Any]:
     if not isinstance(body, Mapping):
-        raise BodyNotObjectError("The request body must be a JSON object.")
+        raise BodyNotObjectError()
     return body
 
 
@@ -558,7 +563,7 @@ def chat_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The render inputs of a chat request (``render_chat`` / ``chat``)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise FrontRequestError("messages must be a list of chat messages.", parameter="messages")
+        raise MessagesNotListError()
     t = {"messages": _json(messages)}
     # chat_params: vLLM's request fields that shape the rendered chat, as the renderer reads them.
     chat = {
@@ -579,24 +584,18 @@ def completion_tensors(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
     t: dict[str, np.ndarray] = {}
     if embeds is not None:
         if prompt not in (None, "", []):
-            raise FrontRequestError("Provide either prompt or prompt_embeds, not both.", parameter="prompt")
+            raise PromptAndEmbedsError()
         if not isinstance(embeds, str):
-            raise FrontRequestError(
-                "prompt_embeds must be a base64 string of one serialized tensor.", parameter="prompt_embeds"
-            )
+            raise PromptEmbedsFieldError()
         t["prompt_embeds"] = _bytes(embeds)
     elif isinstance(prompt, str):
         t["prompt"] = _bytes(prompt)
     elif isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
         t["prompt_token_ids"] = np.array([prompt], dtype=np.int32) if prompt else np.zeros((1, 0), np.int32)
     elif isinstance(prompt, list):
-        raise FrontRequestError(
-            "This server takes one prompt per request; send the prompts as separate requests.", parameter="prompt"
-        )
+        raise PromptBatchError()
     else:
-        raise FrontRequestError(
-            "prompt must be a string, a list of token ids, or a list holding one of them.", parameter="prompt"
-        )
+        raise PromptFieldError()
     return _with_extras(t, body)
 
 
@@ -685,7 +684,7 @@ def detokenize_tensors(body: Mapping[str, Any], card: ModelCard) -> dict[str, np
     check_model(body, card)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in tokens):
-        raise FrontRequestError("tokens must be a list of token ids.", parameter="tokens")
+        raise TokensFieldError()
     return {
         "prompt_token_ids": np.array([tokens], dtype=np.int32) if tokens else np.zeros((1, 0), np.int32),
         "tokenize_params": _json({"needs_detokenization": True, "add_special_tokens": False}),

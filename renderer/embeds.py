@@ -17,7 +17,19 @@ import re
 import struct
 from typing import TYPE_CHECKING
 
-from .errors import EmbedsError
+from .errors import (
+    EmbedsBase64Error,
+    EmbedsDeserializeError,
+    EmbedsDtypeError,
+    EmbedsEncodingError,
+    EmbedsHiddenSizeError,
+    EmbedsNonFiniteError,
+    EmbedsNotTensorError,
+    EmbedsSafetensorsError,
+    EmbedsShapeError,
+    EmbedsSparseError,
+    EmbedsTensorCountError,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -31,11 +43,11 @@ def decode_payload(raw: bytes) -> bytes:
     if raw[:2] == b"PK" or raw[:1] == b"\x80" or _looks_like_safetensors(raw):
         return raw
     if not _B64.match(raw[:4096]) or not _B64.match(raw[-4096:]):
-        raise EmbedsError("`prompt_embeds` is neither a serialized tensor nor base64 text.")
+        raise EmbedsEncodingError()
     try:
         return base64.b64decode(raw, validate=False)
     except (binascii.Error, ValueError) as e:
-        raise EmbedsError(f"`prompt_embeds` is not valid base64: {e}") from None
+        raise EmbedsBase64Error(e) from None
 
 
 def _looks_like_safetensors(raw: bytes) -> bool:
@@ -56,13 +68,13 @@ def load_tensor(payload: bytes) -> "torch.Tensor":
         except (MemoryError, torch.OutOfMemoryError):
             raise  # the server's condition, not the caller's
         except Exception as e:  # noqa: BLE001 - torch has no single "not a tensor file" error
-            raise EmbedsError(f"`prompt_embeds` could not be deserialized as a torch tensor: {_reason(e)}") from None
+            raise EmbedsDeserializeError(_reason(e)) from None
         if not isinstance(tensor, torch.Tensor):
-            raise EmbedsError("`prompt_embeds` payload did not deserialize to a torch.Tensor.")
+            raise EmbedsNotTensorError()
         try:
             return tensor.to_dense()
         except RuntimeError as e:
-            raise EmbedsError(f"`prompt_embeds` is a malformed sparse tensor: {_reason(e)}") from None
+            raise EmbedsSparseError(_reason(e)) from None
 
 
 def _load_safetensors(payload: bytes) -> "torch.Tensor":
@@ -71,9 +83,9 @@ def _load_safetensors(payload: bytes) -> "torch.Tensor":
     try:
         tensors = load(payload)
     except Exception as e:  # noqa: BLE001 - any parse failure is the payload's fault
-        raise EmbedsError(f"`prompt_embeds` could not be read as safetensors: {_reason(e)}") from None
+        raise EmbedsSafetensorsError(_reason(e)) from None
     if len(tensors) != 1:
-        raise EmbedsError(f"`prompt_embeds` safetensors must hold exactly one tensor, got {len(tensors)}.")
+        raise EmbedsTensorCountError(len(tensors))
     return next(iter(tensors.values()))
 
 
@@ -83,20 +95,15 @@ def safe_load_prompt_embeds(raw: bytes, *, hidden_size: int | None, dtype: "torc
     if tensor.dim() > 2:
         tensor = tensor.squeeze(0)
     if tensor.dim() != 2:
-        raise EmbedsError(f"prompt_embeds must be of shape (seq_len, hidden_size); got shape {tuple(tensor.shape)}.")
+        raise EmbedsShapeError(tuple(tensor.shape))
     if hidden_size is not None and tensor.shape[1] != hidden_size:
-        raise EmbedsError(
-            f"`prompt_embeds` hidden_size {tensor.shape[1]} does not match the model's hidden_size {hidden_size}."
-        )
+        raise EmbedsHiddenSizeError(tensor.shape[1], hidden_size)
     if tensor.dtype != dtype:
         if not tensor.is_floating_point():
-            raise EmbedsError(
-                f"`prompt_embeds` dtype {tensor.dtype} is not a floating-point type, "
-                f"cannot safely cast to the model's dtype {dtype}."
-            )
+            raise EmbedsDtypeError(tensor.dtype, dtype)
         tensor = tensor.to(dtype)
     if not bool(tensor.isfinite().all()):
-        raise EmbedsError("`prompt_embeds` contains NaN or infinite values.")
+        raise EmbedsNonFiniteError()
     return tensor
 
 

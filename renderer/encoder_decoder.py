@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import EncoderDecoderError, RenderError
+from .errors import DecoderStartTokenError, EncoderDecoderFormsError, EncoderPromptMissingError, RenderError
 from .model_info import ModelInfo
 from .params import TokenizeParams
 from .prompts import EngineInput, RawPrompt, TokenizedPrompt, completion_prompt
@@ -72,11 +72,11 @@ def encoder_decoder_prompt(
 ) -> EncoderDecoderPrompt:
     """Step 1: exactly one encoder form, at most one decoder form."""
     if encoder_text is None and encoder_token_ids is None:
-        raise EncoderDecoderError("Either encoder_prompt or encoder_prompt_token_ids must be provided.")
+        raise EncoderPromptMissingError()
     if encoder_text is not None and encoder_token_ids is not None:
-        raise EncoderDecoderError("Only one of encoder_prompt or encoder_prompt_token_ids may be provided.")
+        raise EncoderDecoderFormsError("encoder")
     if decoder_text is not None and decoder_token_ids is not None:
-        raise EncoderDecoderError("Only one of decoder_prompt or decoder_prompt_token_ids may be provided.")
+        raise EncoderDecoderFormsError("decoder")
     enc = completion_prompt(text=encoder_text, token_ids=encoder_token_ids, cache_salt=cache_salt)
     dec = None
     if decoder_text is not None or decoder_token_ids is not None:
@@ -111,7 +111,7 @@ class EncoderDecoderRenderer:
         if start is None:
             start = self.renderer.tokenizer.bos_token_id  # vLLM falls back on <BOS>
         if start is None:
-            raise EncoderDecoderError("Cannot find decoder start token id or <BOS>")
+            raise DecoderStartTokenError()
         return int(start)
 
     def decoder_ids(self, decoder: TokenizedPrompt | None) -> list[int]:

@@ -16,7 +16,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import EmbedsError, InvalidParamsError, TensorShapeError, short
+from .errors import (
+    EmbedsTableRangeError,
+    EmbedsTableShapeError,
+    PromptTableMixError,
+    PromptTableRowError,
+    TensorShapeError,
+    WordListOffsetsError,
+)
 from .sampling import SamplingParams
 
 Getter = Callable[[str], "np.ndarray | None"]
@@ -237,9 +244,7 @@ def decode_word_list(arr: np.ndarray | None, name: str = "stop_words_list") -> l
         if end < 0:
             break
         if not start < end <= len(flat):
-            raise InvalidParamsError(
-                f"Word list offsets must increase within the {len(flat)} ids, got {short(ends)}.", parameter=name
-            )
+            raise WordListOffsetsError(name, len(flat), ends)
         words.append(tuple(flat[start:end]))
         start = end
     return words
@@ -327,13 +332,9 @@ def prompt_table_tensors(embeds: np.ndarray, vocab_size: int) -> dict[str, np.nd
     ``vocab_size + row`` at each position."""
     rows = int(embeds.shape[0])
     if embeds.ndim != 2 or rows == 0:
-        raise EmbedsError(
-            f"prompt embeddings must be (seq_len, hidden_size) with seq_len > 0, got {list(embeds.shape)}."
-        )
+        raise EmbedsTableShapeError(list(embeds.shape))
     if np.abs(embeds).max() > FP16_MAX:
-        raise EmbedsError(
-            f"prompt_embeds holds values beyond {FP16_MAX:g}, which the engine's FP16 prompt table cannot carry."
-        )
+        raise EmbedsTableRangeError(FP16_MAX)
     return {
         "input_ids": np.arange(vocab_size, vocab_size + rows, dtype=np.int32),
         "input_lengths": np.array([rows], np.int32),
@@ -349,16 +350,10 @@ def prompt_rows(input_ids: Sequence[int], table: np.ndarray, vocab_size: int) ->
     if not any(fake):
         return None
     if not all(fake):
-        raise InvalidParamsError(
-            "input_ids mixes vocabulary ids and prompt-table ids; this engine takes one or the other.",
-            parameter="input_ids",
-        )
+        raise PromptTableMixError()
     rows = [i - vocab_size for i in input_ids]
     if max(rows) >= table.shape[0]:
-        raise InvalidParamsError(
-            f"input_ids refers to prompt-table row {max(rows)}, but the table has {table.shape[0]} rows.",
-            parameter="input_ids",
-        )
+        raise PromptTableRowError(max(rows), table.shape[0])
     return table[rows]
 
 

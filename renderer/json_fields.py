@@ -47,7 +47,7 @@ def parse_json(text: str, name: str) -> Any:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise InvalidJSONError(name, f"{e.msg} at line {e.lineno} column {e.colno}") from None
+            raise InvalidJSONError(name, e.msg, e.lineno, e.colno) from None
         except RecursionError:
             raise nesting_error(name) from None
         # Deeper than the limit takes more than twice as many characters (a bracket to open and
@@ -115,10 +115,9 @@ def _depth_no_float(value: Any, depth: int, limit: int) -> int | None:
 
 def nesting_error(field: str) -> RequestNestingError | ParamsNestingError:
     """The named error for ``field`` nested deeper than the limit."""
-    message = f"{field} is nested more than {MAX_NESTING_DEPTH} levels deep (lists and objects); the limit is {MAX_NESTING_DEPTH}."
     root = re.split(r"[.\[]", field, maxsplit=1)[0]
     cls = RequestNestingError if root in _REQUEST_FIELDS else ParamsNestingError
-    return cls(message)
+    return cls(field, MAX_NESTING_DEPTH)
 
 
 def check_depth(value: Any, field: str, start: int = 0) -> None:

@@ -11,10 +11,12 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from .errors import (
     FieldTypeError,
-    InvalidParamsError,
     LengthLimitError,
     OutputTokensError,
+    PadTokenMissingError,
+    PromptCharsTooLongError,
     PromptTooLongError,
+    TotalTokensOverContextError,
     TruncationSideError,
     TruncationSizeError,
     UnknownFieldError,
@@ -74,20 +76,11 @@ class TokenizeParams:
     def __post_init__(self) -> None:
         total, out, inp = self.max_total_tokens, self.max_output_tokens, self.max_input_tokens
         if total is not None and out > total:
-            raise OutputTokensError(
-                f"{self.max_output_tokens_param}={out} cannot be greater than "
-                f"{self.max_total_tokens_param}={total}. Please request fewer output tokens.",
-                parameter=self.max_output_tokens_param,
-                value=out,
-            )
+            raise OutputTokensError(self.max_output_tokens_param, out, self.max_total_tokens_param, total)
         trunc = self.truncate_prompt_tokens
         if inp is not None and trunc is not None and trunc > inp:
             raise TruncationSizeError(
-                f"{self.truncate_prompt_tokens_param}={trunc} cannot be greater than "
-                f"{self.max_total_tokens_param} - {self.max_output_tokens_param} = {inp}. "
-                f"Please request a smaller truncation size.",
-                parameter=self.truncate_prompt_tokens_param,
-                value=trunc,
+                self.truncate_prompt_tokens_param, trunc, self.max_total_tokens_param, self.max_output_tokens_param, inp
             )
         if self.truncation_side is not None and self.truncation_side not in TRUNCATION_SIDES:
             raise TruncationSideError(self.truncation_side)
@@ -130,12 +123,8 @@ class TokenizeParams:
                 max_chars = inp * max_chars_per_token
                 if len(text) > max_chars:
                     # Fail before tokenizing: no amount of tokenizer work can make it fit.
-                    raise PromptTooLongError(
-                        f"You passed {len(text)} input characters and requested "
-                        f"{self.max_output_tokens} output tokens. However, the model's context "
-                        f"length is only {self.max_total_tokens} tokens, resulting in a maximum "
-                        f"input length of {inp} tokens (at most {max_chars} characters). "
-                        f"Please reduce the length of the input prompt."
+                    raise PromptCharsTooLongError(
+                        len(text), self.max_output_tokens, self.max_total_tokens, inp, max_chars
                     )
             else:
                 max_chars = keep * max_chars_per_token
@@ -169,9 +158,7 @@ class TokenizeParams:
         if n is None or n <= len(ids):
             return ids
         if pad_id is None:
-            raise InvalidParamsError(
-                "pad_prompt_tokens needs a tokenizer with a pad token.", parameter="pad_prompt_tokens"
-            )
+            raise PadTokenMissingError()
         keep = self.truncation_length
         if keep is None:
             self.check_length(n, at_least=at_least)
@@ -193,14 +180,7 @@ class TokenizeParams:
         inp = self.max_input_tokens
         if inp is None or n_tokens <= inp:
             return
-        total = self.max_output_tokens + n_tokens
-        raise PromptTooLongError(
-            f"This model's maximum context length is {self.max_total_tokens} tokens. However, "
-            f"you requested {self.max_output_tokens} output tokens and your prompt contains "
-            f"{'at least ' if at_least else ''}{n_tokens} input tokens, for a total of "
-            f"{'at least ' if at_least else ''}{total} tokens. Please reduce the length of the "
-            f"input prompt or the number of requested output tokens."
-        )
+        raise PromptTooLongError(self.max_total_tokens, self.max_output_tokens, n_tokens, at_least=at_least)
 
     @property
     def length_limit(self) -> "LengthLimit":
@@ -271,17 +251,12 @@ class LengthLimit:
         """The inverse of ``values``; refuses anything but two integers a ``TokenizeParams`` allows."""
         vals = [int(v) for v in values]
         if len(vals) != 2:
-            raise LengthLimitError(
-                f"Input 'length_limit' must hold 2 values (max_total_tokens, max_output_tokens), got {len(vals)}."
-            )
+            raise LengthLimitError(vals)
         total, out = vals
         if total == cls.NO_LIMIT:
             return cls(None, out)
         if total < 1 or not 0 <= out <= total:
-            raise LengthLimitError(
-                f"Input 'length_limit' must be (max_total_tokens >= 1 or -1, 0 <= max_output_tokens <= "
-                f"max_total_tokens), got {vals}."
-            )
+            raise LengthLimitError(vals)
         return cls(total, out)
 
     def check(self, n_tokens: int) -> None:
@@ -311,12 +286,7 @@ def _check_ranges(changes: dict[str, Any], max_model_len: int | None) -> None:
         if total < 1:
             raise FieldTypeError("tokenize_params", "max_total_tokens", REQUEST_FIELDS["max_total_tokens"], total)
         if max_model_len is not None and total > max_model_len:
-            raise InvalidParamsError(
-                f"max_total_tokens={total} cannot be greater than the model's maximum context "
-                f"length of {max_model_len} tokens.",
-                parameter="max_total_tokens",
-                value=total,
-            )
+            raise TotalTokensOverContextError(total, max_model_len)
     if changes.get("max_output_tokens", 0) < 0:
         raise FieldTypeError(
             "tokenize_params", "max_output_tokens", REQUEST_FIELDS["max_output_tokens"], changes["max_output_tokens"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from .errors import CacheSaltError, InvalidUTF8Error, PromptFormError, PromptTypeError
+from .errors import CacheSaltLengthError, EmptyCacheSaltError, InvalidUTF8Error, PromptFormError, PromptTypeError
 
 MAX_CACHE_SALT_CHARS = 1024
 
@@ -118,16 +118,16 @@ def decode_utf8(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InvalidUTF8Error(what, f"invalid byte at position {e.start}") from None
+        raise InvalidUTF8Error(what, e.start) from None
 
 
 def validate_cache_salt(salt: str | None) -> str | None:
     if salt is None:
         return None
     if not isinstance(salt, str) or not salt:
-        raise CacheSaltError("cache_salt must be a non-empty string.")
+        raise EmptyCacheSaltError()
     if len(salt) > MAX_CACHE_SALT_CHARS:
-        raise CacheSaltError(f"cache_salt must be at most {MAX_CACHE_SALT_CHARS} characters, got {len(salt)}.")
+        raise CacheSaltLengthError(len(salt), MAX_CACHE_SALT_CHARS)
     return salt
 
 
@@ -143,11 +143,9 @@ def completion_prompt(
         n for n, v in (("prompt", text), ("prompt_token_ids", token_ids), ("prompt_embeds", embeds)) if v is not None
     ]
     if not given:
-        raise PromptFormError("Either prompt, prompt_token_ids or prompt_embeds must be provided.")
+        raise PromptFormError(given)
     if len(given) > 1:
-        raise PromptFormError(
-            f"Exactly one of prompt, prompt_token_ids or prompt_embeds may be provided, got {' and '.join(given)}."
-        )
+        raise PromptFormError(given)
     if isinstance(cache_salt, bytes):
         cache_salt = decode_utf8(cache_salt, "cache_salt")
     salt = validate_cache_salt(cache_salt)

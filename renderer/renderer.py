@@ -20,7 +20,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar, Union
 
-from .errors import EmbedsError, EmptyPromptError, NoPromptError, PromptTypeError, RenderError, TokenIdError
+from .errors import (
+    EmbedsDetokenizeError,
+    EmbedsDisabledError,
+    EmbedsPaddingError,
+    EmptyPromptError,
+    NoPromptError,
+    PromptTypeError,
+    RenderError,
+    TokenIdRangeError,
+    TokenIdTypeError,
+)
 from .model_info import ModelInfo
 from .params import TokenizeParams, request_tokenize_params
 from .prompts import (
@@ -124,7 +134,7 @@ class Renderer:
         """Load embeds bytes (safely); other forms pass as they are."""
         if isinstance(prompt, EmbedsBytesPrompt):
             if not self.config.enable_prompt_embeds:
-                raise EmbedsError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.")
+                raise EmbedsDisabledError()
             from .embeds import safe_load_prompt_embeds
 
             tensor = safe_load_prompt_embeds(prompt.raw, hidden_size=self.info.hidden_size, dtype=self._embeds_dtype)
@@ -210,10 +220,10 @@ class Renderer:
 
     def _finish_embeds(self, prompt: EmbedsPrompt, p: TokenizeParams) -> TokenizedPrompt:
         if p.needs_detokenization:
-            raise EmbedsError("Cannot run detokenization on embeddings")
+            raise EmbedsDetokenizeError()
         rows = prompt.prompt_embeds
         if p.pad_length is not None and p.pad_length > len(rows):
-            raise EmbedsError("Cannot pad tokens for embedding inputs")
+            raise EmbedsPaddingError()
         rows = p.truncate(rows, self.tokenizer.truncation_side)  # rows count as tokens
         p.check_length(len(rows))
         return TokenizedPrompt(prompt_token_ids=[], prompt_embeds=rows, cache_salt=prompt.cache_salt)
@@ -238,14 +248,14 @@ class Renderer:
         hi = self.tokenizer.max_token_id
         for t in ids:
             if isinstance(t, bool) or not isinstance(t, int):
-                raise TokenIdError(f"Token ids must be integers, got {type(t).__name__} {t!r}.")
+                raise TokenIdTypeError(t)
             out.append(t)
         if out:
             lo_id, hi_id = min(out), max(out)
             if hi_id > hi:
-                raise TokenIdError(f"Token id {hi_id} is out of vocabulary (valid ids are 0 to {hi}).")
+                raise TokenIdRangeError(hi_id, hi)
             if lo_id < 0:
-                raise TokenIdError(f"Token id {lo_id} is out of vocabulary (valid ids are 0 to {hi}).")
+                raise TokenIdRangeError(lo_id, hi)
         return out
 
     # --- step 3 ----------------------------------------------------------------------------

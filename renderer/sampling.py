@@ -13,13 +13,15 @@ from typing import Any, Mapping
 from .errors import (
     EmptyStopStringError,
     FieldTypeError,
-    InvalidParamsError,
     MaxTokensError,
     OutOfVocabStopIdsError,
     SamplingRangeError,
+    StopStringsLimitError,
+    StopTokenIdsLimitError,
+    StopTokenIdsTypeError,
+    TopKTypeError,
     UnknownFieldError,
     ValueRangeError,
-    short,
 )
 
 MAX_STOP_STRINGS = 16
@@ -101,25 +103,18 @@ class SamplingParams:
         if not all(stop):
             raise EmptyStopStringError()
         if len(stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stop):
-            raise InvalidParamsError(
-                f"stop takes at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters.",
-                parameter="stop",
-            )
+            raise StopStringsLimitError(MAX_STOP_STRINGS, MAX_STOP_CHARS)
         stop_ids = bag.get("stop_token_ids") or []
         if not isinstance(stop_ids, list) or not all(_is_int(i) and (vocab_size or i >= 0) for i in stop_ids):
-            raise InvalidParamsError(
-                f"stop_token_ids must contain only integers, got {short(stop_ids)}.", parameter="stop_token_ids"
-            )
+            raise StopTokenIdsTypeError(stop_ids)
         if len(stop_ids) > MAX_STOP_TOKEN_IDS:
-            raise InvalidParamsError(
-                f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids.", parameter="stop_token_ids"
-            )
+            raise StopTokenIdsLimitError(MAX_STOP_TOKEN_IDS)
         seed = bag.get("seed")
         if seed is not None and (not _is_int(seed) or not 0 <= seed < 2**63):
             raise FieldTypeError("sampling_params", "seed", "an integer in [0, 2**63)", seed)
         top_k = bag.get("top_k", 0)
         if not _is_int(top_k):
-            raise InvalidParamsError(f"top_k must be an integer, got {type(top_k).__name__}", parameter="top_k")
+            raise TopKTypeError(top_k)
         min_tokens = bag.get("min_tokens", 0)
         if not _is_int(min_tokens):
             raise FieldTypeError("sampling_params", "min_tokens", "an integer", min_tokens)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine_tensors import SERVED_ONLY_AT_DEFAULT, Getter, read_scalar
-from .errors import MissingInputError, TensorError, UnsupportedInputError
+from .errors import InputUTF8Error, MissingInputError, UnsupportedInputError
 from .sampling import SamplingParams
 
 
@@ -53,7 +53,7 @@ def _strings(get: Getter, name: str) -> tuple[str, ...]:
         try:
             s = x.decode() if isinstance(x, bytes) else str(x)
         except UnicodeDecodeError:
-            raise TensorError(f"Input '{name}' is not valid UTF-8.", parameter=name) from None
+            raise InputUTF8Error(name) from None
         if s:
             out.append(s)
     return tuple(out)

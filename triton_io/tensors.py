@@ -21,11 +21,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from renderer.errors import RenderError, TensorError, TensorShapeError
+from renderer.errors import RenderError, TensorShapeError
 from renderer.flags import parse_flag
 from renderer.prompts import decode_utf8
 from renderer.json_fields import parse_json
 from renderer.stage_tensors import outputs_of
+from triton_io.errors import InputTooLargeError
 
 log = logging.getLogger("renderer.triton")
 # A stub that dies of a native crash (SIGSEGV, SIGABRT, ...) first writes every thread's Python
@@ -82,9 +83,7 @@ def get_batch(request: Any, name: str) -> np.ndarray | None:
         size = len(arr.item(0)) if arr.size == 1 else sum(map(len, arr.flat))
     if size > MAX_INPUT_BYTES:
         del arr, t  # the error's traceback holds this frame: not the refused input with it
-        raise TensorError(
-            f"Input '{name}' is {size} bytes, more than the limit of {MAX_INPUT_BYTES} bytes.", parameter=name
-        )
+        raise InputTooLargeError(name, size, MAX_INPUT_BYTES)
     return arr
 
 

@@ -17,18 +17,25 @@ import jinja2
 import jinja2.meta
 
 from ..errors import (
-    ChatTemplateLimitError,
+    AssistantTokensMaskError,
+    ChatTemplateRecursionError,
     ChatTemplateRenderError,
     ChatTemplateResourceError,
     ChatTemplateSecurityError,
     ChatTemplateSyntaxError,
-    ContinueFinalMessageError,
-    InvalidMessagesError,
-    InvalidParamsError,
+    ContinueFieldNotInTemplateError,
+    ContinueWithGenerationPromptError,
+    DocumentsError,
+    EmptyConversationError,
+    FinalMessageFieldError,
+    FinalMessageNotRenderedError,
+    FinalMessageTypeError,
+    NoTextToContinueError,
     RenderError,
+    TemplateCallArgumentError,
 )
 from ..json_fields import json_copy
-from .params import HF_CONFLICT_MESSAGE, TEMPLATE_CHOICE_KWARGS
+from .params import TEMPLATE_CHOICE_KWARGS
 from .sandbox import COMPILE_FAILURES, TemplateLimits, compile_error, compile_template, parse_template, render_text
 
 # Parameters of transformers' ``apply_chat_template`` (5.19, vLLM 0.32's): vLLM lets them through
@@ -55,13 +62,12 @@ HF_APPLY_PARAMS = frozenset(
     }
 )
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
-EMPTY_CONVERSATION_MESSAGE = "Cannot apply chat template to an empty conversation. Provide at least one message."
 # Kwargs that pass vLLM's filter but collide with what vLLM passes itself: Python refuses the call,
 # and vLLM answers with Python's words (naming its own functions).
+# Each maps to the function Python names and whether it calls the name a keyword argument.
 COLLIDING_KWARGS = {
-    "self": "maybe_make_thread_pool.<locals>.TokenizerPool.apply_chat_template() got multiple values "
-    "for argument 'self'",
-    "messages": "jinja2.environment.Template.render() got multiple values for keyword argument 'messages'",
+    "self": ("maybe_make_thread_pool.<locals>.TokenizerPool.apply_chat_template", False),
+    "messages": ("jinja2.environment.Template.render", True),
 }
 
 
@@ -101,21 +107,21 @@ def apply_chat_template(
     parameters; its other parameters are dropped; everything else becomes a template variable.
     """
     kwargs = dict(template_kwargs)
-    for name, message in COLLIDING_KWARGS.items():
+    for name, (function, keyword) in COLLIDING_KWARGS.items():
         if name in kwargs:
-            raise InvalidParamsError(message)
+            raise TemplateCallArgumentError(function, name, keyword=keyword)
     add_generation_prompt = bool(kwargs.pop("add_generation_prompt", False))
     continue_final = kwargs.pop("continue_final_message", False)
     documents = kwargs.pop("documents", None)
     if kwargs.get("return_assistant_tokens_mask"):
         # vLLM renders with return_dict=False, which transformers refuses alongside this.
-        raise InvalidParamsError("`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`")
+        raise AssistantTokensMaskError()
     for name in HF_APPLY_PARAMS:
         kwargs.pop(name, None)
     if not conversation:
-        raise InvalidMessagesError(EMPTY_CONVERSATION_MESSAGE)
+        raise EmptyConversationError()
     if continue_final and add_generation_prompt:
-        raise ContinueFinalMessageError(HF_CONFLICT_MESSAGE)
+        raise ContinueWithGenerationPromptError()
     if documents is not None:
         _check_documents(documents)
 
@@ -125,7 +131,7 @@ def apply_chat_template(
         try:
             chat, final_text = _tag_final_message(json_copy(chat), chat_template, continue_final)
         except TypeError as e:  # a final text that is not a string: vLLM answers with Python's words
-            raise ContinueFinalMessageError(str(e)) from None
+            raise FinalMessageTypeError(str(e)) from None
 
     template = compile_template(chat_template)
     context = {
@@ -148,9 +154,9 @@ def _check_documents(documents: Any) -> None:
     try:
         items = iter(documents)
     except TypeError as e:
-        raise InvalidParamsError(str(e)) from None
+        raise DocumentsError(str(e)) from None
     if not all(isinstance(d, dict) for d in items):
-        raise InvalidParamsError("Documents should be a list of dicts with 'title' and 'text' keys!")
+        raise DocumentsError()
 
 
 def _render(template: jinja2.Template, context: dict[str, Any], limits: TemplateLimits) -> str:
@@ -165,10 +171,10 @@ def _render(template: jinja2.Template, context: dict[str, Any], limits: Template
     except jinja2.exceptions.TemplateError as e:
         raise ChatTemplateRenderError(str(e)) from None
     except RecursionError:
-        raise ChatTemplateLimitError("Chat template recursion is too deep.") from None
+        raise ChatTemplateRecursionError() from None
     except MemoryError:
         # In a request template's worker this is its address-space cap (template_worker.py).
-        raise ChatTemplateResourceError("Chat template ran out of memory.") from None
+        raise ChatTemplateResourceError() from None
     except Exception as e:  # noqa: BLE001 (the template's own Python errors: TypeError, KeyError, ...)
         raise ChatTemplateRenderError(str(e)) from None
 
@@ -181,13 +187,9 @@ def _tag_final_message(
     key = field if isinstance(field, str) else "content"
     final = chat[-1].get(key)
     if final is None:
-        raise ContinueFinalMessageError(
-            f'continue_final_message is set but the final message has no "{key}" to continue!'
-        )
+        raise FinalMessageFieldError(key)
     if key not in chat_template:
-        raise ContinueFinalMessageError(
-            f'continue_final_message is set to "{key}" but this is not an accepted field in the chat_template'
-        )
+        raise ContinueFieldNotInTemplateError(key)
     last = chat[-1]
     if isinstance(final, (list, tuple)):
         for block in reversed(last[key]):
@@ -196,9 +198,7 @@ def _tag_final_message(
                 block["text"] = block["text"] + CONTINUE_TAG
                 break
         else:
-            raise ContinueFinalMessageError(
-                "continue_final_message is set but we could not find any text to continue in the final message!"
-            )
+            raise NoTextToContinueError()
     else:
         last[key] = last[key] + CONTINUE_TAG
     return chat, final
@@ -207,13 +207,7 @@ def _tag_final_message(
 def _cut_at_tag(text: str, final: str) -> str:
     tag = CONTINUE_TAG.strip()
     if final.strip() not in text or tag not in text:
-        raise ContinueFinalMessageError(
-            "continue_final_message is set but the final message does not appear in the chat after "
-            "applying the chat template! This can happen if the chat template deletes portions of "
-            "the final message. Please verify the chat template and final message in your chat to "
-            "ensure they are compatible."
-            f"Final message to continue: {final.strip()}\nRendered chat:\n{text}"
-        )
+        raise FinalMessageNotRenderedError(final.strip(), text)
     at = text.rindex(tag)
     if text[at : at + len(CONTINUE_TAG)] == CONTINUE_TAG:
         return text[:at]

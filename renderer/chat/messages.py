@@ -37,13 +37,22 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import (
-    ChatRequestValidationError,
-    ContentPartError,
-    InvalidMessagesError,
+    ContentPartShapeError,
+    ImagePartValidationError,
+    MediaItemsCountError,
+    MediaItemsDataError,
+    MediaItemsEntryError,
     MultiModalPlaceholderError,
-    ToolCallError,
+    NotSubscriptableError,
+    PartTypeInvalidError,
+    PartTypeMissingError,
+    PartUUIDMissingError,
+    TextPartJoinError,
+    ToolCallEntryError,
+    ToolCallTypeError,
+    UnknownPartTypeError,
+    UnrenderedPartTypeError,
 )
-from ..errors import parameter_suffix
 from .request import ChatCompletionContentPartParam, content_parts, sanitize_message
 from .shape import plain_fields
 
@@ -153,13 +162,11 @@ class MultiModalItem:
         ``mm_data`` element (None where the request carried no ``mm_data``)."""
         d = json.loads(raw)
         if not isinstance(d, dict):
-            raise InvalidMessagesError("mm_items entries must be JSON objects.")
+            raise MediaItemsEntryError()
         value = d.get("data")
         if d.get("data_in_mm_data"):
             if data is None:
-                raise InvalidMessagesError(
-                    "An mm_items entry refers to mm_data, but no mm_data element was sent for it."
-                )
+                raise MediaItemsDataError()
             value = bytes(data).decode("utf-8", "surrogatepass")
         return cls(
             modality=d.get("modality", "image"),
@@ -177,7 +184,7 @@ def items_from_wire(raw_items: Any, raw_data: Any) -> list[MultiModalItem]:
     metas = [] if raw_items is None else list(raw_items.reshape(-1))
     data: list[Any] = [None] * len(metas) if raw_data is None else list(raw_data.reshape(-1))
     if len(data) != len(metas):
-        raise InvalidMessagesError(f"mm_data has {len(data)} elements for {len(metas)} mm_items entries.")
+        raise MediaItemsCountError(len(data), len(metas))
     return [MultiModalItem.from_wire(m, d) for m, d in zip(metas, data)]
 
 
@@ -254,7 +261,7 @@ def parse_message(
     """Message ``i`` as the template sees it, any shape (media collected into ``items``)."""
     if not isinstance(msg, Mapping):
         # A harmony-shaped message passes vLLM's validation, then fails where vLLM reads it.
-        raise ChatRequestValidationError(f"'{type(msg).__name__}' object is not subscriptable")
+        raise NotSubscriptableError(type(msg).__name__)
     role = msg["role"]
     content = msg.get("content")
     if content is None:
@@ -334,12 +341,7 @@ def _parse_content(
     if placeholder and n_media:
         missing = n_media - text.count(placeholder)
         if missing < 0:
-            raise MultiModalPlaceholderError(
-                parameter_suffix(
-                    f"Found more '{placeholder}' placeholders in input prompt than actual multimodal data items.",
-                    "messages",
-                )
-            )
+            raise MultiModalPlaceholderError(placeholder)
         return "\n".join([placeholder] * missing + ([text] if text else []))
     return text
 
@@ -352,7 +354,7 @@ def _join_texts(texts: list[Any]) -> str:
     fails as vLLM's join fails, with Python's words."""
     for k, text in enumerate(texts):
         if not isinstance(text, str):
-            raise ContentPartError(f"sequence item {k}: expected str instance, {type(text).__name__} found")
+            raise TextPartJoinError(k, type(text).__name__)
     return "\n".join(texts)
 
 
@@ -361,7 +363,7 @@ def _parse_part(i: int, j: int, part: Any, wrap: bool, items: list[MultiModalIte
     if isinstance(part, str):
         return {"type": "text", "text": part} if wrap else part
     if not isinstance(part, Mapping):
-        raise ContentPartError(f"messages[{i}].content[{j}] must be a string or a content part object.")
+        raise ContentPartShapeError(i, j)
     ptype, payload = _part_type_and_payload(part)
     if ptype in SKIP_WITHOUT_CONTENT and payload is None:
         return None
@@ -372,25 +374,14 @@ def _parse_part(i: int, j: int, part: Any, wrap: bool, items: list[MultiModalIte
     if ptype not in IMAGE_PART_TYPES:
         if ptype in PARSED_PART_TYPES:
             # Audio, video, PIL images and prompt embeddings: vLLM parses them, this renderer does not.
-            raise ContentPartError(
-                f"Unsupported chat content part type for this renderer: {ptype!r}. "
-                f"Supported types: {', '.join(RENDERED_PART_TYPES)}."
-            )
+            raise UnrenderedPartTypeError(ptype, RENDERED_PART_TYPES)
         supported = sorted(set(PARSED_PART_TYPES) | set(SKIP_WITHOUT_CONTENT))
-        raise ContentPartError(
-            parameter_suffix(
-                f"Unsupported chat content part type: {ptype!r}. Supported types: {', '.join(supported)}.",
-                "type",
-                ptype,
-            )
-        )
+        raise UnknownPartTypeError(ptype, supported)
     uuid = part.get("uuid")
     uuid = None if uuid is None else str(uuid)
     index = sum(1 for it in items if it.modality == "image")
     if payload is None and uuid is None:
-        raise ContentPartError(
-            f"multi_modal_data['image'][{index}] is empty but multi_modal_uuids['image'][{index}] is missing."
-        )
+        raise PartUUIDMissingError(index)
     source = "image_embeds" if ptype == "image_embeds" else "image_url"
     items.append(MultiModalItem("image", source, payload, uuid, i, j))
     return {"type": "image", **_extras(part)} if wrap else _MEDIA
@@ -408,9 +399,9 @@ def _part_type_and_payload(part: Mapping[str, Any]) -> tuple[str, Any]:
                 if isinstance(payload, Mapping) and key in ("image_url", "audio_url", "video_url"):
                     payload = payload.get("url")
                 return key, payload
-        raise ContentPartError("Missing 'type' field in multimodal part.", parameter="type")
+        raise PartTypeMissingError()
     if not isinstance(ptype, str):
-        raise ContentPartError("Invalid 'type' field in multimodal part.", parameter="type")
+        raise PartTypeInvalidError()
     return ptype, None
 
 
@@ -441,7 +432,7 @@ def _validated_image_part(part: Mapping[str, Any]) -> Mapping[str, Any]:
     try:
         return _IMAGE_PART.validate_python(part)
     except ValidationError as e:
-        raise ContentPartError(sanitize_message(str(e))) from None
+        raise ImagePartValidationError(sanitize_message(str(e))) from None
 
 
 def _extras(part: Mapping[str, Any]) -> dict[str, Any]:
@@ -459,14 +450,10 @@ def _postprocess_tool_calls(conversation: list[dict[str, Any]]) -> None:
             continue
         for call in tool_calls:
             if not isinstance(call, dict):
-                raise ToolCallError("assistant tool_calls entries must be objects.", parameter="tool_calls")
+                raise ToolCallEntryError()
             function = call.get("function")
             if call.get("type", "function") != "function" or not isinstance(function, dict):
-                raise ToolCallError(
-                    parameter_suffix(
-                        "chat completions only support assistant tool_calls of type 'function'.", "tool_calls"
-                    )
-                )
+                raise ToolCallTypeError()
             function["arguments"] = _arguments(function.get("arguments"))
 
 

@@ -25,14 +25,6 @@ from .tool_choice import UNSET
 
 BAG = "chat_params"
 
-CONFLICT_MESSAGE = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
-# transformers' own wording, which vLLM returns when add_generation_prompt was left at its default.
-HF_CONFLICT_MESSAGE = (
-    "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message "
-    "when you want the model to continue the final message, and add_generation_prompt when you want "
-    "to add a header that will prompt it to start a new assistant message instead."
-)
-
 TEMPLATE_CHOICE_KWARGS = frozenset({"chat_template", "tokenize"})
 """Keys of ``chat_template_kwargs`` that choose how to render, not what the template sees."""
 
@@ -74,7 +66,7 @@ class ChatParams:
 
     def __post_init__(self) -> None:
         if self.continue_final_message and self.add_generation_prompt:
-            raise GenerationPromptConflictError(HF_CONFLICT_MESSAGE)
+            raise GenerationPromptConflictError(sent=False)
         if self.chat_template_content_format not in CONTENT_FORMATS:
             raise FieldTypeError(
                 BAG,
@@ -105,7 +97,7 @@ class ChatParams:
             raise UnknownFieldError(BAG, unknown, list(REQUEST_FIELDS))
         # vLLM checks the raw request before defaults apply.
         if bag.get("continue_final_message") is True and bag.get("add_generation_prompt") is True:
-            raise GenerationPromptConflictError(CONFLICT_MESSAGE)
+            raise GenerationPromptConflictError(sent=True)
         changes: dict[str, Any] = {}
         for name, value in bag.items():
             # Before any copy or validation recurses into it (the bag is level 1).

@@ -21,12 +21,11 @@ from typing import Any, Mapping
 
 from ..errors import (
     ChatTemplateResolutionError,
-    InvalidParamsError,
     MultiModalLimitError,
     RenderError,
+    TemplateCallArgumentError,
     UntrustedChatTemplateError,
     UntrustedMultiModalKwargsError,
-    parameter_suffix,
 )
 from . import compiled_template
 from .apply import apply_chat_template, resolve_template_kwargs
@@ -51,17 +50,11 @@ CALL_ARGUMENT_KWARGS = ("model_config", "tokenizer", "conversation")
 
 def untrusted_mm_kwargs_message(name: str, what: str) -> str:
     """vLLM's refusal of a per-request multimodal kwargs bag, as its error response carries it."""
-    return parameter_suffix(
-        f"Per-request {name} are disabled by default because they can change multimodal {what} resource "
-        "usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
-        name,
-    )
+    return str(UntrustedMultiModalKwargsError(name, what))
 
 
-UNTRUSTED_TEMPLATE_MESSAGE = (
-    "Chat template is passed with request, but --trust-request-chat-template is not set. "
-    "Refused request with untrusted chat template."
-)
+UNTRUSTED_TEMPLATE_MESSAGE = str(UntrustedChatTemplateError())
+"""vLLM's refusal of a request's chat template, for clients that tell it apart by its words."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +269,7 @@ class ChatRenderer:
 
     def _check_trust(self, params: ChatParams) -> None:
         if params.sends_template and not self.trust_request_chat_template:
-            raise UntrustedChatTemplateError(UNTRUSTED_TEMPLATE_MESSAGE)
+            raise UntrustedChatTemplateError()
 
     def _check_mm_kwargs(self, params: ChatParams) -> None:
         # vLLM checks right after the template's trust, before parsing the messages; an empty
@@ -285,13 +278,13 @@ class ChatRenderer:
             return
         for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
             if getattr(params, name):
-                raise UntrustedMultiModalKwargsError(untrusted_mm_kwargs_message(name, what))
+                raise UntrustedMultiModalKwargsError(name, what)
 
     @staticmethod
     def _check_call_arguments(params: ChatParams) -> None:
         for name in params.chat_template_kwargs:
             if name in CALL_ARGUMENT_KWARGS:
-                raise InvalidParamsError(f"safe_apply_chat_template() got multiple values for argument {name!r}")
+                raise TemplateCallArgumentError("safe_apply_chat_template", name)
 
     def _content_format(self, params: ChatParams, tools: Any) -> tuple[str, float]:
         """The content format, and the seconds a request template's worker spent finding it."""

@@ -44,7 +44,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from typing_extensions import Required, TypedDict
 
-from ..errors import ChatRequestValidationError, EmptyToolsError, RequestNestingError, parameter_suffix
+from ..errors import ChatRequestValidationError, EmptyToolsError, NotIterableError, RequestRecursionError
 from .fast_request import ARGUMENTS_LEVEL, fast_validate
 from .known_tools import KnownTools, tools_key
 from .tool_choice import UNSET, effective_tool_choice
@@ -249,9 +249,8 @@ class ChatCompletionToolsParam(BaseModel):
         return data
 
 
-EMPTY_TOOLS_MESSAGE = parameter_suffix(
-    "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.", "tools"
-)
+EMPTY_TOOLS_MESSAGE = str(EmptyToolsError())
+"""vLLM's refusal of an empty ``tools`` list, its parameter named."""
 
 
 class ChatCompletionNamedFunction(BaseModel):
@@ -313,13 +312,13 @@ def _prevalidate(body: dict[str, Any]) -> None:
             tool_calls = msg.get("tool_calls")
             if tool_calls is not None and not isinstance(tool_calls, list):
                 if not isinstance(tool_calls, Iterable):
-                    raise ChatRequestValidationError(f"'{type(tool_calls).__name__}' object is not iterable")
+                    raise NotIterableError(type(tool_calls).__name__)
                 msg["tool_calls"] = list(tool_calls)
             reasoning_content = msg.pop("reasoning_content", None)
             if reasoning_content is not None and msg.get("reasoning") is None:
                 msg["reasoning"] = reasoning_content
     if body.get("tools") == []:
-        raise EmptyToolsError(EMPTY_TOOLS_MESSAGE)
+        raise EmptyToolsError()
 
 
 # --- the validated request -----------------------------------------------------------------------
@@ -415,10 +414,7 @@ def _validate_full(
     try:
         return _validate(messages, tools, documents, tool_choice)
     except RecursionError:  # a backstop: check_request_depth keeps validation far from the limit
-        raise RequestNestingError(NESTING_MESSAGE) from None
-
-
-NESTING_MESSAGE = "The chat request is nested too deeply (messages, tools or documents)."
+        raise RequestRecursionError() from None
 
 
 def check_request_depth(messages: Any, tools: Any = None, documents: Any = None) -> None:

@@ -49,10 +49,22 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
 from ..errors import (
+    ChatTemplateBlocksError,
+    ChatTemplateBuildError,
+    ChatTemplateCompileError,
+    ChatTemplateCountError,
+    ChatTemplateDeadlineError,
+    ChatTemplateIndentError,
     ChatTemplateLimitError,
     ChatTemplateLiteralError,
+    ChatTemplateLoopError,
     ChatTemplateNestingError,
+    ChatTemplateNumberError,
+    ChatTemplateOutputError,
+    ChatTemplatePaddingError,
+    ChatTemplateRangeError,
     ChatTemplateSyntaxError,
+    ChatTemplateTooLargeError,
 )
 
 
@@ -96,23 +108,17 @@ class _Budget:
     def tick(self) -> None:
         self.iterations += 1
         if self.iterations > self.limits.max_loop_iterations:
-            raise ChatTemplateLimitError(
-                f"Chat template ran more than {self.limits.max_loop_iterations} loop iterations."
-            )
+            raise ChatTemplateLoopError(self.limits.max_loop_iterations)
         if not self.iterations & 63:
             self.check_time()
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
-            raise ChatTemplateLimitError(
-                f"Chat template rendering took longer than {self.limits.max_seconds:g} seconds."
-            )
+            raise ChatTemplateDeadlineError(self.limits.max_seconds)
 
     def check_size(self, n: int, what: str) -> None:
         if n > self.limits.max_output_chars:
-            raise ChatTemplateLimitError(
-                f"Chat template tried to build {what} of length {n}; the limit is {self.limits.max_output_chars}."
-            )
+            raise ChatTemplateBuildError(what, n, self.limits.max_output_chars)
 
 
 # Outside a render (constant folding at compile time) the default limits apply, without a clock.
@@ -149,9 +155,7 @@ def render_text(template: jinja2.Template, context: dict[str, Any], limits: Temp
             for chunk in stream:
                 total += len(chunk)
                 if total > limits.max_output_chars:
-                    raise ChatTemplateLimitError(
-                        f"Rendered chat template exceeds {limits.max_output_chars} characters."
-                    )
+                    raise ChatTemplateOutputError(limits.max_output_chars)
                 budget.check_time()
                 chunks.append(chunk)
         except BaseException as e:
@@ -316,9 +320,7 @@ def _check_spec_numbers(numbers: Iterable[str]) -> None:
     limit = _budget().limits.max_output_chars
     for digits in numbers:
         if len(digits) > 18 or int(digits) > limit:
-            raise ChatTemplateLimitError(
-                f"Chat template format string pads to {digits} characters; the limit is {limit}."
-            )
+            raise ChatTemplatePaddingError(digits, limit)
 
 
 def _check_repeat(seq: Any, times: Any) -> None:
@@ -357,9 +359,7 @@ def _tojson(
     # transformers' filter: plain json.dumps (Jinja's own escapes HTML characters).
     width = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
     if width > _MAX_JSON_INDENT:  # repeated on every line of the output
-        raise ChatTemplateLimitError(
-            f"Chat template asked tojson for an indent of {width}; the limit is {_MAX_JSON_INDENT}."
-        )
+        raise ChatTemplateIndentError(width, _MAX_JSON_INDENT)
     _check_text_of([x], "a JSON text")
     return _check_result(
         json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
@@ -403,7 +403,7 @@ def _guarded_range(*args: Any) -> range:
     r = range(*args)
     limit = _budget().limits.max_range
     if len(r) > limit:
-        raise ChatTemplateLimitError(f"Chat template called range() with {len(r)} items; the limit is {limit}.")
+        raise ChatTemplateRangeError(len(r), limit)
     return r
 
 
@@ -488,7 +488,7 @@ def _slice(value: Any, slices: int, fill_with: Any = None) -> Any:
 def _check_count(n: Any, name: str) -> None:
     limit = _budget().limits.max_range
     if isinstance(n, int) and n > limit:
-        raise ChatTemplateLimitError(f"Chat template called {name} with {n}; the limit is {limit}.")
+        raise ChatTemplateCountError(name, n, limit)
 
 
 def _post_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -716,9 +716,7 @@ def _check_power(base: Any, exp: Any) -> None:
         bits = exp * math.log2(abs(base))
         limit = _budget().limits.max_int_bits
         if bits > limit:
-            raise ChatTemplateLimitError(
-                f"Chat template computed a number of about {bits:.0f} bits; the limit is {limit}."
-            )
+            raise ChatTemplateNumberError(bits, limit)
 
 
 ENV = ChatSandbox()
@@ -766,17 +764,12 @@ def compile_error(e: BaseException) -> ChatTemplateSyntaxError:
         # Jinja's own message, as vLLM returns it (no location: jinja leaves it out of compile errors).
         return ChatTemplateSyntaxError(e.message or str(e))
     if isinstance(e, RecursionError):
-        return ChatTemplateNestingError("Chat template is nested too deeply to parse or compile.")
+        return ChatTemplateNestingError()
     if isinstance(e, SyntaxError):
-        return ChatTemplateNestingError(
-            f"Chat template is nested too deeply to compile: Python refused its code ({e.msg})."
-        )
+        return ChatTemplateBlocksError(e.msg)
     if isinstance(e, MemoryError):
-        return ChatTemplateNestingError("Chat template is too large or nested too deeply to compile.")
+        return ChatTemplateTooLargeError()
     digits = _DIGIT_COUNT.search(str(e))
     if digits is not None:
-        return ChatTemplateLiteralError(
-            f"Chat template has an integer literal of {digits.group(1)} digits; "
-            f"the limit is {sys.get_int_max_str_digits()}."
-        )
-    return ChatTemplateSyntaxError(f"Chat template cannot be compiled: {e}")
+        return ChatTemplateLiteralError(digits.group(1), sys.get_int_max_str_digits())
+    return ChatTemplateCompileError(e)

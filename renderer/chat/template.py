@@ -27,11 +27,6 @@ from ..model_info import read_json_object
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 """transformers' named special tokens: the ones ``special_tokens_map`` hands to templates."""
 
-NO_TEMPLATE_MESSAGE = (
-    "As of transformers v4.44, default chat template is no longer allowed, so you must provide a "
-    "chat template if the tokenizer does not define one."
-)
-
 
 @dataclass(frozen=True)
 class ChatTemplateSource:
@@ -73,7 +68,7 @@ def resolve_chat_template(source: ChatTemplateSource, request_template: str | No
             return named["tool_use"]
         if "default" in named:
             return named["default"]
-    raise ChatTemplateResolutionError(NO_TEMPLATE_MESSAGE)
+    raise ChatTemplateResolutionError()
 
 
 def _tokenizer_template(d: Path, config: Mapping[str, Any]) -> str | dict[str, str] | None:

@@ -19,7 +19,7 @@ a fork of the stub, which has threads) under limits the kernel enforces, set bef
 The protocol is length-prefixed JSON both ways over a socket pair (nothing the worker sends is
 unpickled; ``MSG_NOSIGNAL`` means a dead worker cannot SIGPIPE the stub). The worker answers
 ``{"text"}`` or ``{"content_format"}``, or ``{"error", "message"}``; the parent re-raises only the
-``RenderError`` classes of ``renderer/errors.py``, by name. Anything else (a worker that died,
+``RenderError`` classes of ``renderer/errors/``, by name. Anything else (a worker that died,
 overran, ran out of memory or answered nonsense) is a named ``ChatTemplateWorkerError``. The
 worker is replaced after any limit error, and after a job that leaves its RSS above
 ``recycle_rss_mb``, so memory a template made it take goes back to the system.
@@ -55,8 +55,8 @@ from ..errors import (
     ChatTemplateTimeoutError,
     ChatTemplateWorkerCrashError,
     ChatTemplateWorkerError,
+    RenderDataNestingError,
     RenderError,
-    RequestNestingError,
 )
 from ..model_info import config_number
 from ..template_defaults import DEFAULT_MAX_BYTES, DEFAULT_MEMORY_MB, DEFAULT_RECYCLE_RSS_MB, DEFAULT_TIMEOUT_S
@@ -144,10 +144,7 @@ class RequestTemplateLimits:
             return
         size = len(template.encode("utf-8", "surrogatepass"))
         if size > self.max_bytes:
-            raise ChatTemplateSizeError(
-                f"Chat template is {size} bytes; a template sent with a request may have at most "
-                f"{self.max_bytes} bytes."
-            )
+            raise ChatTemplateSizeError(size, self.max_bytes)
 
 
 @dataclass(frozen=True)
@@ -239,7 +236,7 @@ class TemplateWorker:
         try:
             payload = _encode(job)
         except RecursionError:
-            raise RequestNestingError("Chat request data is nested too deeply to render.") from None
+            raise RenderDataNestingError() from None
         with self._lock:
             process = self._ready_process()
             sent = time.monotonic()
@@ -298,17 +295,13 @@ class TemplateWorker:
         self.replacements += 1
 
     def _timed_out(self) -> ChatTemplateTimeoutError:
-        return ChatTemplateTimeoutError(
-            f"Chat template took longer than {self.limits.timeout_s:g} seconds to render; its worker was stopped."
-        )
+        return ChatTemplateTimeoutError(self.limits.timeout_s)
 
     def _died(self, cause: Exception) -> ChatTemplateWorkerError:
         assert self._process is not None
         status = self._process.reap()
         if status == -signal.SIGXCPU:
-            return ChatTemplateTimeoutError(
-                f"Chat template used more than {self.limits.cpu_budget_s} seconds of CPU time; its worker was stopped."
-            )
+            return ChatTemplateTimeoutError(self.limits.cpu_budget_s, cpu=True)
         if status == EXIT_OUT_OF_MEMORY:
             return self._out_of_memory()
         if status is not None and status < 0:
@@ -317,21 +310,17 @@ class TemplateWorker:
             how = f"exit status {status}"
         else:
             how = f"protocol error: {type(cause).__name__}"
-        return ChatTemplateWorkerCrashError(
-            f"Chat template crashed its render worker ({how}); data nested too deeply can overflow the C stack."
-        )
+        return ChatTemplateWorkerCrashError(how)
 
     def _out_of_memory(self) -> ChatTemplateResourceError:
-        return ChatTemplateResourceError(
-            f"Chat template needed more memory than its limit of {self.limits.memory_mb} MiB."
-        )
+        return ChatTemplateResourceError(self.limits.memory_mb)
 
     def _error(self, name: str, message: str) -> RenderError:
         if name == "MemoryError":
             return self._out_of_memory()
         cls = _KNOWN_ERRORS.get(name)
         if cls is None:
-            return ChatTemplateWorkerError(f"Chat template failed in its render worker: {name}: {message[:2000]}")
+            return ChatTemplateWorkerError(name, message)
         # Some classes build their message in __init__; this one is already built.
         return cls.__new__(cls, message)
 

@@ -21,7 +21,10 @@ from .. import stage_params as sp
 from ..errors import (
     AutoToolChoiceDisabledError,
     AutoToolChoiceWithoutParserError,
-    InvalidToolChoiceError,
+    ToolChoiceFunctionError,
+    ToolChoiceNameError,
+    ToolChoiceNameMissingError,
+    ToolChoiceValueError,
     ToolChoiceWithoutToolsError,
     ToolParserRequiredError,
     UnknownReasoningParserError,
@@ -42,8 +45,6 @@ class _Unset:
 UNSET: Any = _Unset()
 """``tool_choice`` the request did not send (vLLM tells it apart from an explicit null)."""
 
-_CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
-
 
 def effective_tool_choice(tools: Any, tool_choice: Any) -> Any:
     """The ``tool_choice`` vLLM's request model validates and keeps: "auto" when left out with
@@ -57,29 +58,16 @@ def effective_tool_choice(tools: Any, tool_choice: Any) -> Any:
         raise ToolChoiceWithoutToolsError()
     if not isinstance(tool_choice, Mapping):
         if tool_choice not in ("auto", "required"):
-            raise InvalidToolChoiceError(
-                f"Invalid value for `tool_choice`: {tool_choice}! "
-                'Only named tools, "none", "auto" or "required" are supported.',
-                parameter="tool_choice",
-            )
+            raise ToolChoiceValueError(tool_choice)
         return tool_choice
     function = tool_choice.get("function")
     if not isinstance(function, Mapping):
-        raise InvalidToolChoiceError(
-            f"Invalid value for `function`: `{function}` in `tool_choice`! {_CORRECT_USAGE}",
-            parameter="tool_choice.function",
-        )
+        raise ToolChoiceFunctionError(function)
     if "name" not in function:
-        raise InvalidToolChoiceError(
-            f"Expected field `name` in `function` in `tool_choice`! {_CORRECT_USAGE}",
-            parameter="tool_choice.function.name",
-        )
+        raise ToolChoiceNameMissingError()
     name = function["name"]
     if not isinstance(name, str) or not name:
-        raise InvalidToolChoiceError(
-            f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_CORRECT_USAGE}",
-            parameter="tool_choice.function.name",
-        )
+        raise ToolChoiceNameError(name)
     if name not in _tool_names(tools):
         raise UnknownToolChoiceError()
     return tool_choice

@@ -28,7 +28,14 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from ..errors import ImageDecoderUnavailableError, ImageDeviceError
+from ..errors import (
+    DecodeDeviceNeedsFastError,
+    DecodeDeviceNeedsGPUError,
+    DeviceChoiceError,
+    DeviceFormatError,
+    GPUInstanceRequiredError,
+    ImageDecoderUnavailableError,
+)
 
 IMAGE_DEVICES = ("auto", "cpu", "cuda")
 """``IMAGE_DEVICE`` values."""
@@ -44,25 +51,18 @@ def resolve_image_device(setting: str, instance_kind: str) -> str:
     ``KIND_CPU``): ``auto`` follows the kind; ``cuda`` needs a GPU instance (a CPU instance is given
     no device by Triton, so it would take one behind the scheduler's back)."""
     if setting not in IMAGE_DEVICES:
-        raise ImageDeviceError(
-            "IMAGE_DEVICE", setting, f"is not a device here; choose one of {', '.join(IMAGE_DEVICES)}."
-        )
+        raise DeviceChoiceError("IMAGE_DEVICE", setting, IMAGE_DEVICES)
     if setting == "auto":
         return "cuda" if instance_kind == "KIND_GPU" else "cpu"
     if setting == "cuda" and instance_kind != "KIND_GPU":
-        raise ImageDeviceError(
-            "IMAGE_DEVICE",
-            setting,
-            f"needs mm_process on the GPU, but its instance is {instance_kind} (MM_INSTANCE_KIND=KIND_GPU, "
-            "or auto on a host where nvidia-smi sees a GPU).",
-        )
+        raise GPUInstanceRequiredError(setting, instance_kind)
     return setting
 
 
 def check_device(device: str) -> None:
     """A processor's device: ``cpu``, ``cpu:0`` (the torch path on the CPU) or ``cuda[:N]``."""
     if not isinstance(device, str) or not _DEVICE.fullmatch(device):
-        raise ImageDeviceError("IMAGE_DEVICE", device, "is not a device here; choose cpu or cuda[:N].")
+        raise DeviceFormatError(device)
 
 
 def on_torch(device: str) -> bool:
@@ -75,15 +75,9 @@ def check_decode_setting(decode_device: str, device: str) -> None:
     device only where the pixels are processed on one (else they would only come back). What the
     launcher can check before anything starts."""
     if decode_device not in DECODE_DEVICES:
-        raise ImageDeviceError(
-            "IMAGE_DECODE_DEVICE", decode_device, f"is not a device here; choose one of {', '.join(DECODE_DEVICES)}."
-        )
+        raise DeviceChoiceError("IMAGE_DECODE_DEVICE", decode_device, DECODE_DEVICES)
     if decode_device != "cpu" and not on_torch(device):
-        raise ImageDeviceError(
-            "IMAGE_DECODE_DEVICE",
-            decode_device,
-            f"needs IMAGE_DEVICE=cuda (the pixels are processed where they are decoded), not {device}.",
-        )
+        raise DecodeDeviceNeedsGPUError(decode_device, device)
 
 
 def check_decode_device(decode_device: str, device: str, image_processor: str) -> str | None:
@@ -94,11 +88,7 @@ def check_decode_device(decode_device: str, device: str, image_processor: str) -
     if decode_device == "cpu":
         return None
     if image_processor != "fast":
-        raise ImageDeviceError(
-            "IMAGE_DECODE_DEVICE",
-            decode_device,
-            f"needs IMAGE_PROCESSOR=fast (the {image_processor} processor resizes with Pillow, on the CPU).",
-        )
+        raise DecodeDeviceNeedsFastError(decode_device, image_processor)
     jpeg_decoder()  # refuses now, at load, rather than at the first JPEG
     return device
 
@@ -108,7 +98,7 @@ def jpeg_decoder() -> Callable[..., Any]:
     try:
         from torchvision.io import decode_jpeg
     except Exception as e:  # noqa: BLE001 (ImportError, or a torchvision built for another torch)
-        raise ImageDecoderUnavailableError(f"{type(e).__name__}: {e}") from None
+        raise ImageDecoderUnavailableError(e) from None
     return decode_jpeg
 
 

@@ -50,10 +50,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import (
+    FastResampleError,
     ImageAspectRatioError,
-    MultiModalProcessorKwargsError,
-    UnsupportedImageProcessorError,
-    UnsupportedMultiModalError,
+    ImageProcessorSettingError,
+    ImageSizeMultipleError,
+    ImageTokenMissingError,
+    NormalizedOnlyFamilyError,
+    ProcessorKwargUnknownError,
+    ProcessorKwargValueError,
+    ProcessorPixelsOrderError,
+    ProcessorSizeKeysError,
 )
 from ..model_info import read_json_object
 from .media import LoadedImage
@@ -199,13 +205,13 @@ def _require_token(model_dir: Path, token: str, configured: Any = None) -> int:
         return configured
     tid = token_id(model_dir, token)
     if tid is None:
-        raise UnsupportedMultiModalError(f"The tokenizer in {model_dir} has no {token!r} token.")
+        raise ImageTokenMissingError(model_dir, token)
     return tid
 
 
 def _pos_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise MultiModalProcessorKwargsError(f"mm_processor_kwargs.{name} must be a positive integer, got {value!r}.")
+        raise ProcessorKwargValueError(name, value)
     return value
 
 
@@ -221,9 +227,7 @@ class ImageFamily:
         self, pp: Mapping[str, Any], image_processor: str = "fast", mm_device_do_normalize: bool = False
     ) -> None:
         if image_processor not in IMAGE_PROCESSORS:
-            raise UnsupportedImageProcessorError(
-                f"IMAGE_PROCESSOR must be one of {', '.join(IMAGE_PROCESSORS)}, got {image_processor!r}."
-            )
+            raise ImageProcessorSettingError(image_processor, IMAGE_PROCESSORS)
         self.image_processor = image_processor
         self.do_resize = bool(pp.get("do_resize", True))
         self.resample = int(pp.get("resample", BICUBIC))
@@ -242,10 +246,7 @@ class ImageFamily:
         self.fast_mode = _FAST_MODES.get(self.resample) if image_processor == "fast" else None
         self._device_luts: dict[str, Any] = {}
         if image_processor == "fast" and self.do_resize and self.fast_mode is None:
-            raise UnsupportedImageProcessorError(
-                f"resample={self.resample} (preprocessor_config.json) has no torchvision equivalent, so the "
-                "fast image processor cannot run it; set IMAGE_PROCESSOR=slow."
-            )
+            raise FastResampleError(self.resample)
 
     @functools.cached_property
     def lut(self) -> np.ndarray:
@@ -277,7 +278,7 @@ class ImageFamily:
         """``raw_pixels``' uint8 ``pixel_values`` as float32, each byte through ``normalized_lut``:
         bit for bit the tensor the setting off gives (what an engine without device normalization
         needs)."""
-        raise UnsupportedMultiModalError(f"The {self.name} family's images are never sent unnormalized.")
+        raise NormalizedOnlyFamilyError(self.name)
 
     def resize(self, img: LoadedImage, height: int, width: int) -> np.ndarray:
         """``img`` resized to (height, width) by this processor's resampler, (H, W, 3) uint8."""
@@ -318,10 +319,7 @@ class ImageFamily:
         kw = dict(mm_processor_kwargs or {})
         unknown = set(kw) - self.allowed_kwargs
         if unknown:
-            raise MultiModalProcessorKwargsError(
-                f"Unknown field(s) in mm_processor_kwargs: {', '.join(sorted(unknown))}. "
-                f"Allowed fields: {', '.join(sorted(self.allowed_kwargs)) or '(none)'}."
-            )
+            raise ProcessorKwargUnknownError(unknown, self.allowed_kwargs)
         return self._resolve(kw)
 
     def _resolve(self, kw: dict[str, Any]) -> dict[str, Any]:
@@ -382,9 +380,7 @@ class Qwen2VLFamily(ImageFamily):
         if "size" in kw:
             size = kw["size"]
             if not isinstance(size, Mapping) or set(size) - {"shortest_edge", "longest_edge"}:
-                raise MultiModalProcessorKwargsError(
-                    "mm_processor_kwargs.size must be an object with 'shortest_edge' and/or 'longest_edge'."
-                )
+                raise ProcessorSizeKeysError(("shortest_edge", "longest_edge"))
             lo = _pos_int("size.shortest_edge", size.get("shortest_edge", lo))
             hi = _pos_int("size.longest_edge", size.get("longest_edge", hi))
         if "min_pixels" in kw:
@@ -392,9 +388,7 @@ class Qwen2VLFamily(ImageFamily):
         if "max_pixels" in kw:
             hi = _pos_int("max_pixels", kw["max_pixels"])
         if lo > hi:
-            raise MultiModalProcessorKwargsError(
-                f"mm_processor_kwargs: min_pixels ({lo}) must not be greater than max_pixels ({hi})."
-            )
+            raise ProcessorPixelsOrderError(lo, hi)
         out = {}
         if lo != self.min_pixels:
             out["min_pixels"] = lo
@@ -417,9 +411,7 @@ class Qwen2VLFamily(ImageFamily):
         h, w = self.target_size(img.height, img.width, kwargs)
         factor = self.patch_size * self.merge_size
         if h % factor or w % factor:
-            raise UnsupportedMultiModalError(
-                f"Image size {w}x{h} is not a multiple of {factor} and resizing is disabled."
-            )
+            raise ImageSizeMultipleError(w, h, factor)
         shape = (self.patch_size, self.merge_size, self.temporal_patch_size)
         if device == "cpu":
             pv = _freeze(_kernels().patchify_qwen(self.resize(img, h, w), self.lut, *shape))
@@ -455,9 +447,7 @@ class Qwen2VLFamily(ImageFamily):
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """transformers' ``smart_resize`` (Qwen2-VL), same arithmetic and the same refusal."""
     if max(height, width) / min(height, width) > 200:
-        raise ImageAspectRatioError(
-            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
-        )
+        raise ImageAspectRatioError(max(height, width) / min(height, width))
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
@@ -518,9 +508,7 @@ class PixtralFamily(ImageFamily):
         if "size" in kw:
             size = kw["size"]
             if not isinstance(size, Mapping) or set(size) != {"longest_edge"}:
-                raise MultiModalProcessorKwargsError(
-                    "mm_processor_kwargs.size must be an object with only 'longest_edge'."
-                )
+                raise ProcessorSizeKeysError(("longest_edge",))
             edge = _pos_int("size.longest_edge", size["longest_edge"])
         if "longest_edge" in kw:
             edge = _pos_int("longest_edge", kw["longest_edge"])

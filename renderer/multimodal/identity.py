@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import MultiModalUUIDError
+from ..errors import MultiModalUUIDError, MultiModalUUIDLengthError
 
 _VERSION = b"renderer.multimodal.v1\0"
 # The index keys hash megabytes per request (a data URL's text, the encoded bytes); OpenSSL's SHA-256
@@ -86,13 +86,11 @@ def validate_mm_uuids(
         data_empty = items is None or (isinstance(items, (list, tuple)) and len(items) == 0)
         if m not in uuids or uuids[m] is None:
             if data_empty:
-                raise MultiModalUUIDError(f"multi_modal_data[{m!r}] is empty but multi_modal_uuids[{m!r}] is missing.")
+                raise MultiModalUUIDError(m)
             seq = items if isinstance(items, (list, tuple)) else [items]
             for i, item in enumerate(seq):
                 if item is None:
-                    raise MultiModalUUIDError(
-                        f"multi_modal_data[{m!r}][{i}] is empty but multi_modal_uuids[{m!r}][{i}] is missing."
-                    )
+                    raise MultiModalUUIDError(m, i)
             continue
         u = uuids[m]
         u_list: Sequence[Any] = [u] if isinstance(u, str) else list(u)
@@ -100,12 +98,7 @@ def validate_mm_uuids(
             continue  # only uuids: every item must come from the cache
         d_list: Sequence[Any] = items if isinstance(items, (list, tuple)) else [items]
         if len(u_list) != len(d_list):
-            raise MultiModalUUIDError(
-                f"If given, multi_modal_uuids[{m!r}] must have same length as multi_modal_data[{m!r}], "
-                f"but got {len(u_list)} vs {len(d_list)}."
-            )
+            raise MultiModalUUIDLengthError(m, len(u_list), len(d_list))
         for i, (item, uid) in enumerate(zip(d_list, u_list)):
             if item is None and uid is None:
-                raise MultiModalUUIDError(
-                    f"multi_modal_data[{m!r}][{i}] is empty but multi_modal_uuids[{m!r}][{i}] is missing."
-                )
+                raise MultiModalUUIDError(m, i)

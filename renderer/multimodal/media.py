@@ -43,15 +43,30 @@ import numpy as np
 
 from .. import stage_params as sp
 from ..errors import (
+    Base64DigitError,
+    DataURLEncodingError,
+    DataURLSeparatorError,
+    EmptyImageError,
+    ImageBombError,
     ImageDecodeError,
     ImageDecoderUnavailableError,
     ImageFormatError,
     ImageTooLargeError,
+    LocalMediaDisabledError,
+    MediaFetchError,
+    MediaFileMissingError,
+    MediaHostError,
+    MediaIOImageModeError,
+    MediaIOKwargsTypeError,
+    MediaIOModalityError,
+    MediaIOOptionError,
+    MediaIOOptionsTypeError,
     MediaLoadError,
+    MediaPathOutsideError,
+    MediaSchemeError,
+    MediaSourceTypeError,
     MediaTooLargeError,
-    MediaURLError,
     MultiModalLimitError,
-    MultiModalProcessorKwargsError,
 )
 from ..media_defaults import (
     DEFAULT_FETCH_TIMEOUT_S,
@@ -149,27 +164,18 @@ def check_media_io_kwargs(media_io_kwargs: Mapping[str, Any] | None) -> None:
     if not media_io_kwargs:
         return
     if not isinstance(media_io_kwargs, Mapping):
-        raise MultiModalProcessorKwargsError(
-            f"media_io_kwargs must be an object keyed by modality, got {type(media_io_kwargs).__name__}."
-        )
+        raise MediaIOKwargsTypeError(type(media_io_kwargs).__name__)
     for modality, opts in media_io_kwargs.items():
         if modality not in _MEDIA_IO_KEYS:
-            raise MultiModalProcessorKwargsError(
-                f"media_io_kwargs has unsupported modality {modality!r}; supported: "
-                f"{', '.join(sorted(_MEDIA_IO_KEYS))}."
-            )
+            raise MediaIOModalityError(modality, set(_MEDIA_IO_KEYS))
         if not isinstance(opts, Mapping):
-            raise MultiModalProcessorKwargsError(f"media_io_kwargs[{modality!r}] must be an object.")
+            raise MediaIOOptionsTypeError(modality)
         unknown = set(opts) - _MEDIA_IO_KEYS[modality]
         if unknown:
-            raise MultiModalProcessorKwargsError(
-                f"media_io_kwargs[{modality!r}] has unsupported option(s): {', '.join(sorted(unknown))}."
-            )
+            raise MediaIOOptionError(modality, unknown)
         mode = opts.get("image_mode", "RGB")
         if mode != "RGB":
-            raise MultiModalProcessorKwargsError(
-                f"media_io_kwargs[{modality!r}]['image_mode'] must be 'RGB' for this model, got {mode!r}."
-            )
+            raise MediaIOImageModeError(modality, mode)
 
 
 def load_image(source: str | bytes, limits: MediaLimits, decode_on: str | None = None) -> LoadedImage:
@@ -184,7 +190,7 @@ def read_media_bytes(source: str | bytes, limits: MediaLimits) -> bytes:
         _check_size(len(data), limits)
         return data
     if not isinstance(source, str):
-        raise MediaLoadError(f"An image must be given as a URL string or bytes, got {type(source).__name__}.")
+        raise MediaSourceTypeError(type(source).__name__)
     if source.startswith("data:"):
         return _decode_data_url(source, limits)
     scheme = urlparse(source).scheme.lower()
@@ -194,12 +200,7 @@ def read_media_bytes(source: str | bytes, limits: MediaLimits) -> bytes:
         return _read_local(unquote(urlparse(source).path), limits)
     if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
         return _read_local(source, limits)
-    raise MediaURLError(
-        f"Unsupported image URL scheme {scheme!r}: use a data URL (data:image/...;base64,...)"
-        + (", a file: URL under the allowed media directory" if limits.allowed_local_dir else "")
-        + (", or an http(s) URL on an allowed host" if limits.allowed_hosts else "")
-        + "."
-    )
+    raise MediaSchemeError(scheme, local_files=bool(limits.allowed_local_dir), hosts=bool(limits.allowed_hosts))
 
 
 def may_be_data_url_within_limit(source: Any, limits: MediaLimits) -> bool:
@@ -210,7 +211,7 @@ def may_be_data_url_within_limit(source: Any, limits: MediaLimits) -> bool:
 
 def _check_size(n: int, limits: MediaLimits) -> None:
     if n > limits.max_bytes:
-        raise MediaTooLargeError(f"The image is {n} bytes, more than the limit of {limits.max_bytes} bytes.")
+        raise MediaTooLargeError(n, limits.max_bytes)
 
 
 def _decode_data_url(url: str, limits: MediaLimits) -> bytes:
@@ -218,37 +219,35 @@ def _decode_data_url(url: str, limits: MediaLimits) -> bytes:
     # "base64"; the media type is not checked (the bytes say what they are); its messages.
     spec, sep, payload = url[len("data:") :].partition(",")
     if not sep:
-        raise MediaLoadError(f"Invalid data URL {url[:32]!r}: missing ',' separator.")
+        raise DataURLSeparatorError(url)
     _, sep, encoding = spec.rpartition(";")
     if not sep or encoding != "base64":
-        raise MediaLoadError("Only base64 data URLs are supported for now.")
+        raise DataURLEncodingError()
     # Base64 inflates by 4/3: refuse on the encoded length before allocating the decoded bytes.
     if len(payload) * 3 // 4 > limits.max_bytes + 3:
-        raise MediaTooLargeError(
-            f"The image is about {len(payload) * 3 // 4} bytes, more than the limit of {limits.max_bytes} bytes."
-        )
+        raise MediaTooLargeError(len(payload) * 3 // 4, limits.max_bytes, approximate=True)
     try:
         # Strict, whitespace included, as vLLM decodes (pybase64, validate=True), which answers
         # every malformed input with this one message.
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise MediaLoadError("Non-base64 digit found") from None
+        raise Base64DigitError() from None
     _check_size(len(data), limits)
     return data
 
 
 def _read_local(path: str, limits: MediaLimits) -> bytes:
     if not limits.allowed_local_dir:
-        raise MediaURLError("Loading local files is not allowed: no allowed media directory is configured.")
+        raise LocalMediaDisabledError()
     root = Path(limits.allowed_local_dir).resolve()
     p = Path(path)
     candidate = p if p.is_absolute() else root / p
     # resolve() follows every symlink and collapses "..": the result must stay under root.
     resolved = candidate.resolve()
     if resolved != root and root not in resolved.parents:
-        raise MediaURLError(f"The file {path!r} is outside the allowed media directory.")
+        raise MediaPathOutsideError(path)
     if not resolved.is_file():
-        raise MediaLoadError(f"The file {path!r} does not exist under the allowed media directory.")
+        raise MediaFileMissingError(path)
     size = resolved.stat().st_size
     _check_size(size, limits)
     with open(resolved, "rb") as f:
@@ -261,10 +260,7 @@ def _fetch_http(url: str, limits: MediaLimits) -> bytes:
     host = (urlparse(url).hostname or "").lower()
     allowed = {h.lower() for h in limits.allowed_hosts}
     if host not in allowed:
-        raise MediaURLError(
-            f"Fetching images from {host or url!r} is not allowed: "
-            + ("the host is not in the allowed media hosts." if allowed else "no media hosts are allowed.")
-        )
+        raise MediaHostError(host or url, any_allowed=bool(allowed))
     import urllib.request
 
     class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -281,7 +277,7 @@ def _fetch_http(url: str, limits: MediaLimits) -> bytes:
     except MediaLoadError:
         raise
     except Exception as e:  # noqa: BLE001 (network errors of every kind become one client error)
-        raise MediaLoadError(f"Could not fetch the image from {url!r}: {e}") from None
+        raise MediaFetchError(url, e) from None
     _check_size(len(data), limits)
     return data
 
@@ -311,19 +307,16 @@ def decode_image(data: bytes, limits: MediaLimits, decode_on: str | None = None)
         img = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)  # lazy: reads the header only
     except Image.DecompressionBombError as e:
         # vLLM lets this one through as a 500 with Pillow's words; a client error here.
-        raise ImageTooLargeError(_sanitized(e)) from None
+        raise ImageBombError(_sanitized(e)) from None
     except Image.UnidentifiedImageError as e:  # not an image, or a format vLLM does not open
-        raise ImageFormatError(f"Failed to load image: {_sanitized(e)}") from None
+        raise ImageFormatError(_sanitized(e)) from None
     except Exception as e:  # noqa: BLE001 (each format plugin raises its own kinds)
-        raise ImageDecodeError(f"Failed to load image: {_sanitized(e)}") from None
+        raise ImageDecodeError(_sanitized(e)) from None
     width, height = img.size
     if width < 1 or height < 1:
-        raise ImageDecodeError(f"The image has an empty size {width}x{height}.")
+        raise EmptyImageError(width, height)
     if width * height > limits.max_pixels:
-        raise ImageTooLargeError(
-            f"Image dimensions {width}x{height} ({width * height} pixels) exceed the maximum of "
-            f"{limits.max_pixels} pixels. Set MAX_IMAGE_PIXELS to increase this limit."
-        )
+        raise ImageTooLargeError(width, height, limits.max_pixels)
     fmt = img.format
     if decode_on is not None and fmt == "JPEG" and img.mode == "RGB" and _ends_complete(data):
         on_device = _decode_jpeg_on(data, decode_on, _orientation(img))
@@ -333,9 +326,9 @@ def decode_image(data: bytes, limits: MediaLimits, decode_on: str | None = None)
         img = _upright(img)
         img.load()
     except Image.DecompressionBombError as e:
-        raise ImageTooLargeError(_sanitized(e)) from None
+        raise ImageBombError(_sanitized(e)) from None
     except Exception as e:  # noqa: BLE001 (truncated streams raise OSError, corrupt ones assorted errors)
-        raise ImageDecodeError(f"Failed to load image: {_sanitized(e)}") from None
+        raise ImageDecodeError(_sanitized(e)) from None
     mode = img.mode
     rgb = to_rgb_array(img)
     return LoadedImage(rgb=rgb, source_mode=mode, source_format=fmt)

@@ -36,7 +36,8 @@ from ..chat.messages import MultiModalItem
 from ..errors import (
     MultiModalCacheMissError,
     MultiModalPlaceholderCountError,
-    UnsupportedMultiModalError,
+    UnsupportedImageSourceError,
+    UnsupportedModalityError,
 )
 from ..media_defaults import DEFAULT_IMAGE_DECODE_DEVICE, DEFAULT_IMAGE_PROCESSOR
 from ..flags import parse_flag
@@ -236,11 +237,9 @@ class MultiModalProcessor:
         kwargs = fam.resolve_kwargs(mm_processor_kwargs)
         for it in items:
             if it.modality != "image":
-                raise UnsupportedMultiModalError(f"Modality {it.modality!r} is not supported; only 'image' is.")
+                raise UnsupportedModalityError(it.modality)
             if it.source != "image_url":
-                raise UnsupportedMultiModalError(
-                    f"{it.source} inputs are not supported for {fam.name} models; send the image as image_url."
-                )
+                raise UnsupportedImageSourceError(it.source, fam.name)
         check_item_count("image", len(items), self.limits)
         validate_mm_uuids({"image": [it.data for it in items]}, {"image": [it.uuid for it in items]})
 
@@ -248,13 +247,7 @@ class MultiModalProcessor:
         target = fam.placeholder_token_id
         positions = [i for i, t in enumerate(ids) if t == target]
         if len(positions) != len(items):
-            n = len(items)
-            raise MultiModalPlaceholderCountError(
-                f"Expected there to be {n} prompt updates corresponding to {n} image items, but instead "
-                f"found {len(positions)} prompt updates! This is likely because you forgot to include input "
-                "placeholder tokens (e.g., `<image>`, `<|image_pad|>`) in the prompt. If the model has a chat "
-                "template, make sure you have applied it before calling `LLM.generate`."
-            )
+            raise MultiModalPlaceholderCountError(len(items), len(positions))
 
         settings = {**fam.base_settings(), **kwargs}
         processed: list[ProcessedImage] = []
@@ -335,11 +328,7 @@ class MultiModalProcessor:
             if it.data is None:
                 cached = self.cache.get(key)
                 if cached is None:
-                    raise MultiModalCacheMissError(
-                        f"multi_modal_data['image'][{i}] is empty and multi_modal_uuids['image'][{i}]="
-                        f"{it.uuid!r} is not in the processor cache (never sent, or evicted); send the "
-                        "image data with that uuid again."
-                    )
+                    raise MultiModalCacheMissError(i, it.uuid)
                 return cached, key, True
             value, hit = self.cache.get_or_process(
                 key, lambda: fam.process(load_image(it.data, self.limits, self.decode_on), kwargs, device)

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedMultiModalError
+from ..errors import UnsupportedImageModelError
 from ..media_defaults import DEFAULT_IMAGE_PROCESSOR
 from ..model_info import read_json_object
 from .families import ImageFamily, PixtralFamily, Qwen2VLFamily
@@ -63,7 +63,4 @@ def load_family(
     if name == "pixtral":
         processor_config = read_json_object(d / "processor_config.json")
         return PixtralFamily(d, pp, config, processor_config, image_processor, mm_device_do_normalize)
-    raise UnsupportedMultiModalError(
-        f"The model in {d} has no supported image processor (model_type {config.get('model_type')!r}); "
-        f"supported families: {', '.join(SUPPORTED)}."
-    )
+    raise UnsupportedImageModelError(d, config.get("model_type"), SUPPORTED)

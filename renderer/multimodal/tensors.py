@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ..engine_tensors import TensorSpec
-from ..errors import UnsupportedMultiModalError
+from ..errors import UnknownImageFamilyError
 
 FAMILY_IMAGE_TENSORS: dict[str, tuple[TensorSpec, ...]] = {
     "qwen2_vl": (
@@ -47,9 +47,7 @@ def image_tensors(family: str, raw: bool = False) -> tuple[TensorSpec, ...]:
     (``raw_pixels``): ``pixel_values`` uint8."""
     specs = FAMILY_IMAGE_TENSORS.get(family)
     if specs is None:
-        raise UnsupportedMultiModalError(
-            f"No image tensors are defined for family {family!r}; families: {', '.join(FAMILY_IMAGE_TENSORS)}."
-        )
+        raise UnknownImageFamilyError(family, list(FAMILY_IMAGE_TENSORS))
     if not raw:
         return specs
     note = " uint8, unrescaled and unnormalized: the engine normalizes them (MM_DEVICE_DO_NORMALIZE)."

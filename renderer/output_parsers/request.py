@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ForcedToolChoiceUnavailableError, OutputParsingError
+from ..errors import (
+    ForcedToolChoiceUnavailableError,
+    OutputParserNameError,
+    OutputParsingJSONError,
+    OutputParsingObjectError,
+)
 
 # vLLM's tool parsers whose ``adjust_request`` sets ``skip_special_tokens`` False when tools are in
 # use (``HermesToolParser.adjust_request``; Mistral's parser engine, ``ParserEngine.adjust_request``).
@@ -69,14 +74,14 @@ class OutputParsing:
         try:
             bag = json.loads(text)
         except ValueError as e:
-            raise OutputParsingError(f"is not JSON: {e}") from None
+            raise OutputParsingJSONError(e) from None
         if not isinstance(bag, Mapping):
-            raise OutputParsingError("must be a JSON object")
+            raise OutputParsingObjectError()
         from .registry import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
 
         for key, names in (("tool_call_parser", TOOL_PARSER_NAMES), ("reasoning_parser", REASONING_PARSER_NAMES)):
             if bag.get(key) is not None and bag.get(key) not in names:
-                raise OutputParsingError(f"names no {key} this server has: {bag.get(key)!r}")
+                raise OutputParserNameError(key, bag.get(key))
         return cls(
             tool_call_parser=bag.get("tool_call_parser"),
             tool_choice=bag.get("tool_choice"),

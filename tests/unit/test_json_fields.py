@@ -48,7 +48,7 @@ def expected(text: str) -> tuple[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        return "invalid", str(InvalidJSONError("messages", f"{e.msg} at line {e.lineno} column {e.colno}"))
+        return "invalid", str(InvalidJSONError("messages", e.msg, e.lineno, e.colno))
     except RecursionError:
         return "deep", None
     return "value", value

@@ -862,7 +862,7 @@ def _compiled_declined(env: Env) -> list[Case]:
                 None, [{"role": "user", "content": "x" * 2_000}], ChatParams(), TemplateLimits(max_output_chars=1_000)
             ),
             "declined",
-            lambda full: full[0] == "ChatTemplateLimitError",
+            lambda full: full[0] == "ChatTemplateBuildError",
         ),
     ]
 

@@ -117,7 +117,7 @@ def test_one_bad_item_does_not_fail_the_batch(renderer, hf_tokenizer):
 
 def test_render_batch_keeps_step1_errors_in_place(renderer):
     p = renderer.default_completion_params
-    err = PromptFormError("x")
+    err = PromptFormError([])
     out = renderer.render_batch([TextPrompt("a"), err], [p, p])
     assert out[0].prompt_token_ids and out[1] is err and out[0].arrival_time > 0
 

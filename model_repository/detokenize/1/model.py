@@ -463,7 +463,7 @@ def _engine_error(error: Any, engine: str) -> Exception:
     code = error.code() if hasattr(error, "code") else None
     if code == pb_utils.TritonError.INVALID_ARG:
         return EngineError(error.message())
-    return EngineFaultError(f"engine '{engine}': {error.message()}")
+    return EngineFaultError(engine, error.message())
 
 
 def _piece(
