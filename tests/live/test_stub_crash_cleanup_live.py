@@ -220,6 +220,41 @@ def chat_server(server_settings):
 
 
 STREAM_TIMEOUT_S = 10.0
+# What Triton 2.51 prints when its Python backend's server side fails to take an IPC mutex that the
+# killed stub held (an uncaught boost exception: std::terminate). docs/RELIABILITY.md, "The server
+# abort": not ours to fix; the supervisor restarts the server.
+TRITON_ABORT = "terminate called after throwing an instance of 'boost::interprocess::lock_exception'"
+
+
+def triton_aborted(s) -> bool:
+    return TRITON_ABORT in s.log_file.read_text(errors="replace")
+
+
+def reloaded_or_restarted(s, victim: int, pid_before: int, timeout_s: float = 90.0) -> str:
+    """How the server recovered from the killed stub: "reloaded" (the watchdog reloaded the model
+    in the same tritonserver), or "restarted" (Triton aborted as ``TRITON_ABORT`` says, and the
+    supervisor's new server is ready). Fails on anything else: no recovery, or a server that ended
+    for another reason."""
+    from launcher import cli as launch
+
+    def pid() -> int | None:
+        try:
+            return int(Path(s.pid_file).read_text())
+        except FileNotFoundError:
+            return None  # the supervisor unlinks it while no server runs
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if triton_aborted(s):
+            while not (pid() not in (None, pid_before) and launch.is_ready(s)):
+                assert time.monotonic() < deadline, "the supervisor did not restart tritonserver after its abort"
+                time.sleep(0.5)
+            return "restarted"
+        now = pid()
+        if now == pid_before and {p for p, st in stubs_of(now).items() if st.model == "detokenize"} - {victim}:
+            return "reloaded"
+        time.sleep(0.2)
+    pytest.fail(f"neither the watchdog's reload nor a restart within {timeout_s:.0f} s; see {s.log_file}")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -230,10 +265,12 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     HTTP and gRPC (whose client used to wait for the dead stream forever when it stopped it).
     Once the watchdog has reloaded ``detokenize``, generation works again with the same ids: the
     engine's sends to the dead stub block only that request's outbox (triton_io/outbox.py),
-    where they used to block the engine for good."""
+    where they used to block the engine for good. Now and then Triton 2.51 itself aborts on the
+    dead stub's mutex (``TRITON_ABORT``); the supervisor's restart must then serve the same ids."""
     s = chat_server
     wait_for_watchdog(s)  # the kill below is then seen as a stub that died
     [victim] = stub_pids(s, "detokenize")
+    server_pid_before = server_pid(s)
     with RendererClient(f"{s.host}:{s.grpc_port}", "grpc", timeout_s=60) as c:
         [before] = list(c.generate("chat", messages=HI, max_tokens=8))
     got: list[int] = []
@@ -270,10 +307,7 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     assert result.kind == "unavailable", f"{result.status} {result.message}"
     assert time.monotonic() - killed_at < STREAM_TIMEOUT_S + 30
 
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (stub_pids(s, "detokenize") - {victim}):
-        time.sleep(0.2)
-    assert stub_pids(s, "detokenize") - {victim}, "the watchdog did not reload detokenize within 60 s"
+    path = reloaded_or_restarted(s, victim, server_pid_before)
     # The engine drops the dead caller's request once one send has waited DEFAULT_STALL_S.
     recover_s = DEFAULT_STALL_S + 30
     with RendererClient(f"{s.host}:{s.grpc_port}", "grpc", timeout_s=recover_s) as c:
@@ -286,4 +320,6 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
                 assert e.kind != "client" and time.monotonic() - start < recover_s, repr(e)
                 time.sleep(0.5)
     assert after.output_ids == before.output_ids and after.text == before.text
-    print(f"\ngeneration served again {time.monotonic() - killed_at:.1f} s after the kill")
+    if triton_aborted(s):  # the abort may also come after the reload (it did, 3 s after)
+        path = "restarted"
+    print(f"\ngeneration served again {time.monotonic() - killed_at:.1f} s after the kill ({path})")
