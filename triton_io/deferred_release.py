@@ -10,7 +10,7 @@ killed ``detokenize`` stubs under load (docs/RELIABILITY.md).
 
 The rule is that the stub's reference goes first. ``detokenize`` makes sure of it when it can: it
 waits for the stub-to-parent thread to get past the call's cleanup (``stub_let_go`` in
-``triton_io/engine_calls.py``) and then drops the objects itself. When it cannot (a cancelled
+``model_repository/detokenize/1/model.py``) and then drops the objects itself. When it cannot (a cancelled
 request, an internal error mid-call), it hands them here: held for ``hold_s``, long enough for
 that thread on a loaded host, then dropped by a Python thread that holds the GIL.
 """

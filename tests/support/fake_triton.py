@@ -222,7 +222,6 @@ def install() -> types.ModuleType:
 ADAPTER_MODULES = (
     "triton_python_backend_utils",
     "triton_io.tensors",
-    "triton_io.engine_calls",
 )
 """The stub modules the adapters import: bound to this stand-in while it is installed."""
 
