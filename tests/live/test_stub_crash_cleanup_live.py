@@ -226,11 +226,19 @@ STREAM_TIMEOUT_S = 10.0
 TRITON_ABORT = "terminate called after throwing an instance of 'boost::interprocess::lock_exception'"
 
 
-def triton_aborted(s) -> bool:
-    return TRITON_ABORT in s.log_file.read_text(errors="replace")
+def log_size(s) -> int:
+    return s.log_file.stat().st_size
 
 
-def reloaded_or_restarted(s, victim: int, pid_before: int, timeout_s: float = 90.0) -> str:
+def triton_aborted(s, since: int) -> bool:
+    """Whether Triton aborted as ``TRITON_ABORT`` says after ``since`` bytes of its log (the log of
+    a build folder is appended to by every server started in it)."""
+    with open(s.log_file, "rb") as f:
+        f.seek(since)
+        return TRITON_ABORT.encode() in f.read()
+
+
+def reloaded_or_restarted(s, victim: int, pid_before: int, since: int, timeout_s: float = 90.0) -> str:
     """How the server recovered from the killed stub: "reloaded" (the watchdog reloaded the model
     in the same tritonserver), or "restarted" (Triton aborted as ``TRITON_ABORT`` says, and the
     supervisor's new server is ready). Fails on anything else: no recovery, or a server that ended
@@ -245,7 +253,7 @@ def reloaded_or_restarted(s, victim: int, pid_before: int, timeout_s: float = 90
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if triton_aborted(s):
+        if triton_aborted(s, since):
             while not (pid() not in (None, pid_before) and launch.is_ready(s)):
                 assert time.monotonic() < deadline, "the supervisor did not restart tritonserver after its abort"
                 time.sleep(0.5)
@@ -298,6 +306,7 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     thread.start()
     assert started.wait(60), "no token within 60 s"
     assert got and not outcome, f"the stream ended before the kill: {outcome}"
+    log_at_kill = log_size(s)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
     thread.join(STREAM_TIMEOUT_S + 60)
@@ -307,7 +316,7 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
     assert result.kind == "unavailable", f"{result.status} {result.message}"
     assert time.monotonic() - killed_at < STREAM_TIMEOUT_S + 30
 
-    path = reloaded_or_restarted(s, victim, server_pid_before)
+    path = reloaded_or_restarted(s, victim, server_pid_before, log_at_kill)
     # The engine drops the dead caller's request once one send has waited DEFAULT_STALL_S.
     recover_s = DEFAULT_STALL_S + 30
     with RendererClient(f"{s.host}:{s.grpc_port}", "grpc", timeout_s=recover_s) as c:
@@ -320,6 +329,6 @@ def test_stream_in_flight_when_its_stub_dies_ends_with_an_error(chat_server, pro
                 assert e.kind != "client" and time.monotonic() - start < recover_s, repr(e)
                 time.sleep(0.5)
     assert after.output_ids == before.output_ids and after.text == before.text
-    if triton_aborted(s):  # the abort may also come after the reload (it did, 3 s after)
+    if triton_aborted(s, log_at_kill):  # the abort may also come after the reload (it did, 3 s after)
         path = "restarted"
     print(f"\ngeneration served again {time.monotonic() - killed_at:.1f} s after the kill ({path})")
