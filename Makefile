@@ -61,13 +61,14 @@ status:
 # Unit tests plus integration tests against a real tritonserver the tests start themselves
 # (on ports 18000-18002, so a `make serve` on the default ports is left alone). The load tools
 # the tests drive (perf_analyzer, genai-perf) and Prometheus are installed first. TEST_WORKERS
-# pytest-xdist workers each take whole files (a file's servers live in one worker; each file's
-# ports are its own, tests/support/ports.py); TEST_WORKERS=0 runs them in one process. The tests
+# pytest-xdist workers each take whole files, longest first (a file's servers live in one worker;
+# each file's ports are its own, tests/support/ports.py; the order is tests/conftest.py's
+# LONGEST_FIRST, kept by --no-loadscope-reorder); TEST_WORKERS=0 runs them in one process. The tests
 # marked `alone` (latency against a rest baseline) run afterwards, with nothing beside them.
 TEST_WORKERS ?= 2
 test: lint model edge prometheus perf-analyzer genai-perf
 	rc=0; \
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image and not alone" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=$$?; \
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "not image and not alone" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) || rc=$$?; \
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests -m "alone and not image" $(PYTEST_ARGS) || rc=$$?; \
 	exit $$rc
 

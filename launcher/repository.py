@@ -196,6 +196,7 @@ def pick_config(model: Path, family: str | None) -> Path | None:
 def render_repository(s: Settings, family: str | None = None) -> Path:
     """Copy ``model_repository/`` into the build folder with every ``${var}`` filled."""
     values = template_vars(s, family)
+    raw = raw_pixels_of(s, family)
     out = s.repository
     if out.exists():
         shutil.rmtree(out)
@@ -213,7 +214,7 @@ def render_repository(s: Settings, family: str | None = None) -> Path:
         shutil.copytree(model, dst, ignore=shutil.ignore_patterns("__pycache__", "config.*.pbtxt"))
         # Ensembles have no files in their version folder, and git keeps no empty folders.
         (dst / "1").mkdir(exist_ok=True)
-        (dst / "config.pbtxt").write_text(render_config(chosen, model.name, values, family, raw_pixels_of(s, family)))
+        (dst / "config.pbtxt").write_text(render_config(chosen, model.name, values, family, raw))
     if s.engine_model_dir:
         # Linked, not copied: an engine folder may be large; Triton follows the link.
         (out / engine_model_name(s)).symlink_to(Path(s.engine_model_dir).resolve(), target_is_directory=True)

@@ -87,16 +87,30 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(Path(str(item.path)).name, len(rank)))  # stable: the rest keep their order
 
 
-# The files that take longest (vLLM's engine started four times, minutes of load driven) go first:
-# pytest-xdist's workers take whole files in collection order, so they then finish together.
+# The files that take longest, longest first (worker seconds measured in a full `make test`: vLLM's
+# engine started twice, a minute of Prometheus' rate window, minutes of load driven). `make test`
+# passes --no-loadscope-reorder, so pytest-xdist's workers take whole files in this order (by
+# default it orders them by their number of tests, which ran the one-test load files last, on one
+# worker, while the other stood idle); the rest follow, and both workers finish together.
 LONGEST_FIRST = (
-    "test_vllm_image_engine_live.py",
-    "test_vllm_engine_live.py",
-    "test_autoscaling_signal_live.py",
-    "test_stub_crash_cleanup_live.py",
-    "test_output_parsing_live.py",
-    "test_genai_perf_live.py",
-    "test_mixed_traffic_live.py",
+    "test_vllm_image_engine_live.py",  # 227 s
+    "test_autoscaling_signal_live.py",  # 137 s
+    "test_mixed_traffic_live.py",  # 78 s
+    "test_vllm_engine_live.py",  # 66 s
+    "test_genai_perf_live.py",  # 66 s
+    "test_output_parsing_live.py",  # 66 s
+    "test_chat_vllm_fixtures_live.py",  # 65 s
+    "test_launcher_live.py",  # 58 s
+    "test_render_chat_live.py",  # 56 s
+    "test_front_fuzz_live.py",  # 54 s
+    "test_stub_crash_cleanup_live.py",  # 52 s
+    "test_multimodal_live.py",  # 48 s
+    "test_engine_live.py",  # 46 s
+    "test_config_contract.py",  # 46 s
+    "test_trtllm_clients_live.py",  # 39 s
+    "test_lane_equivalence.py",  # 32 s
+    "test_completion_live.py",  # 28 s
+    "test_trtllm_front_live.py",  # 26 s
 )
 
 

@@ -146,3 +146,41 @@ def test_device_normalize_leaves_pixtral_float(key: str, model_dirs: dict[str, P
     off = ours(case, d)
     assert on.pixel_values.dtype == np.float32
     assert np.array_equal(on.pixel_values, off.pixel_values) and on.hashes == off.hashes
+
+
+_VLLM_NORMALIZES = r"""
+import json, sys
+from vllm.model_executor.models.registry import ModelRegistry
+out = {}
+for family, arch in json.loads(sys.argv[1]).items():
+    info = ModelRegistry._try_inspect_model_cls(arch)
+    out[family] = None if info is None else bool(info.supports_mm_device_do_normalize)
+print(json.dumps(out))
+"""
+
+
+def test_device_normalized_families_are_vllms(model_dirs: dict[str, Path]) -> None:
+    """``DEVICE_NORMALIZED_FAMILIES`` is what vLLM's own model class says of each family's model
+    (``supports_mm_device_do_normalize``, read in vLLM's environment from the architecture the model
+    folder names): a family vLLM learns to normalize on the device, or stops, fails here."""
+    import json
+    import subprocess
+
+    from model_builders.vllm_env import VENV
+    from renderer.multimodal.registry import SUPPORTED
+    from renderer.multimodal.tensors import DEVICE_NORMALIZED_FAMILIES
+
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{python} is absent (make engine-vllm builds it): vLLM's model classes live nowhere else here")
+    archs = {f: json.loads((model_dirs[f] / "config.json").read_text())["architectures"][0] for f in SUPPORTED}
+    run = subprocess.run(
+        [str(python), "-c", _VLLM_NORMALIZES, json.dumps(archs)],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "VLLM_TARGET_DEVICE": "cpu"},
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    said = json.loads(run.stdout.strip().splitlines()[-1])
+    assert said == {f: f in DEVICE_NORMALIZED_FAMILIES for f in SUPPORTED}, (archs, said)
