@@ -12,7 +12,7 @@ perf_analyzer drives ``render_chat`` past saturation, then back to a light load 
 time). The metric is queue time *per request* over ``rate(...[1m])``: it reads the overload's value
 as soon as two scrapes hold overloaded requests (idle before them adds no requests to the ratio),
 and it falls only once the overload's requests have left the one-minute window. So the overload
-lasts long enough for a steady reading (~25 s), and the light load a minute and a few scrapes.
+lasts long enough for a steady reading (~12 s), and the light load a minute and a few scrapes.
 
 Ports: the ``autoscaling`` block of ``tests/support/ports.py`` (HTTP; gRPC, metrics, the front and
 Prometheus the next four). Figures: ``build/reports/autoscaling_signal.json`` (docker/k8s/metrics/README.md).
@@ -50,9 +50,11 @@ POD = "triton-renderer-5f7c9d8b6d-x7k2p"
 STARTING_POD = "triton-renderer-5f7c9d8b6d-q9w4z"
 SCRAPE_S = 1.0
 OVERLOAD_CONCURRENCY = 32
-OVERLOAD_WINDOW_MS = 8000  # three windows: ~25 s of overload
-REST_WINDOW_MS = 23000  # three windows: ~70 s, past the minute the rate looks back
+OVERLOAD_WINDOW_MS = 4000  # three windows: ~12 s of overload, a dozen scrapes
 RATE_WINDOW_S = 60.0  # the metricsQuery's [1m]
+# Three windows: 64.5 s, just past the minute the rate looks back and the three scrapes the test
+# waits beyond it (the light load must still run when the window has cleared).
+REST_WINDOW_MS = 21500
 # Grafana's $__rate_interval with its datasource's default scrape interval (15 s): max($__interval +
 # 15 s, 4 x 15 s), 1m for any dashboard range up to a few hours; also the HPA query's own window.
 GRAFANA_RATE_INTERVAL = "1m"
