@@ -27,7 +27,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from pydantic_core import InitErrorDetails
 
 from renderer.chat.params import REQUEST_FIELDS as CHAT_REQUEST_FIELDS
-from renderer.chat.request import ChatRequestModel, format_validation_error
+from renderer.chat.validation_message import format_validation_error
 from renderer.errors import (
     NoPromptError,
     OutputOverContextError,
@@ -671,6 +671,10 @@ def tokenize_chat_refusal(body: Mapping[str, Any], e: FrontError) -> FrontError:
         TokenizePromptFields.model_validate(dict(body))
     except ValidationError as prompt_error:
         errors += [_details(err) for err in prompt_error.errors(include_url=False)]
+    # Imported here: the chat request model brings the ``openai`` package's types (about 40 MB
+    # the front would otherwise hold from its start), and only this refusal needs it.
+    from renderer.chat.request import ChatRequestModel
+
     try:
         ChatRequestModel.model_validate({"messages": body.get("messages")}, from_attributes=True)
     except ValidationError as chat_error:

@@ -53,7 +53,8 @@ from ..errors import (
     UnknownPartTypeError,
     UnrenderedPartTypeError,
 )
-from .request import ChatCompletionContentPartParam, content_parts, sanitize_message
+from .request import ChatCompletionContentPartParam, content_parts
+from .validation_message import sanitize_message
 from .shape import plain_fields
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})

@@ -5,6 +5,7 @@ request's fault, 5xx for the server's, never the reverse)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
 import pytest
@@ -16,6 +17,8 @@ from openai_front.triton import _error
 from renderer.chat.params import REQUEST_FIELDS
 from openai_front.errors import FrontRequestError
 from renderer.errors import RenderError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CARD = ModelCard(name="m", max_model_len=2048, sampling_defaults={"top_k": 20, "temperature": 0.6})
 
@@ -329,3 +332,25 @@ def test_render_endpoints_check_sampling_fields(field, value, param, message):
     assert render_plan({"prompt": "hi", "temperature": 0.5, "stop": ["a"]}, CARD, chat=False)[1] is None
     # A render echoes n (vLLM's render takes it); generation refuses it.
     assert render_plan({"prompt": "hi", "n": 2}, CARD, chat=False)[2]["n"] == 2
+
+
+def test_the_front_starts_without_the_chat_request_model(model_dir) -> None:
+    """The front's app, built as ``python -m openai_front`` builds it, leaves the ``openai``
+    package (the chat request model's types, ~40 MB of the front's memory), torch and transformers
+    unimported: a render pod's front holds what it uses. The one refusal that needs the chat request
+    model (``tokenize_chat_refusal``) imports it then."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from openai_front.api_router import create_app
+from openai_front.body import DEFAULT_MAX_BODY_BYTES
+from openai_front.protocol import ModelCard
+card = ModelCard.from_model_dir({str(model_dir)!r}, "", 0)
+create_app(card, "127.0.0.1:1", {str(model_dir)!r}, DEFAULT_MAX_BODY_BYTES, infer_check_path="")
+print(sorted(m for m in ("openai", "torch", "transformers") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
