@@ -143,28 +143,28 @@ class GenerateFaultError(GenerateError):
         super().__init__(f"{type(e).__name__}: {e}")
 
 
-class BodyTooLargeError(GenerateError):
+class GenerateBodyTooLargeError(GenerateError):
     status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"The request body is {size} bytes or more, over the limit of {limit} bytes.")
 
 
-class BodyNotJSONError(GenerateError):
+class GenerateBodyNotJSONError(GenerateError):
     """The body is not one strict JSON text (Triton's parser: rapidjson)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"The request body is not valid JSON: {detail}")
 
 
-class BodyNumberError(BodyNotJSONError):
+class BodyNumberError(GenerateBodyNotJSONError):
     """``NaN`` / ``Infinity`` (no JSON value), or a number beyond a double's range."""
 
     def __init__(self, token: str, why: str) -> None:
         super().__init__(f"{token[:40]} {why}.")
 
 
-class BodyNotObjectError(GenerateError):
+class GenerateBodyNotObjectError(GenerateError):
     def __init__(self, value: Any) -> None:
         super().__init__(f"The request body must be a JSON object, got {describe(value)}.")
 
@@ -378,22 +378,22 @@ def parse_body(raw: bytes) -> Pairs:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BodyNotJSONError(f"it is not UTF-8 ({e})") from None
+        raise GenerateBodyNotJSONError(f"it is not UTF-8 ({e})") from None
     if not text.strip():
-        raise BodyNotJSONError("the body is empty; a JSON object is expected")
+        raise GenerateBodyNotJSONError("the body is empty; a JSON object is expected")
     try:
         body = json.loads(
             text, object_pairs_hook=Pairs, parse_constant=_refuse_constant, parse_float=_float, parse_int=_int
         )
     except RecursionError:
-        raise BodyNotJSONError("it nests arrays and objects too deeply") from None
+        raise GenerateBodyNotJSONError("it nests arrays and objects too deeply") from None
     except json.JSONDecodeError as e:
         near = text[max(0, e.pos - 10) : e.pos + 10]
-        raise BodyNotJSONError(f"{e.msg} at character {e.pos} (near {json.dumps(near)})") from None
+        raise GenerateBodyNotJSONError(f"{e.msg} at character {e.pos} (near {json.dumps(near)})") from None
     except ValueError as e:  # an integer of more digits than Python converts
-        raise BodyNotJSONError(str(e)) from None
+        raise GenerateBodyNotJSONError(str(e)) from None
     if not isinstance(body, Pairs):
-        raise BodyNotObjectError(body)
+        raise GenerateBodyNotObjectError(body)
     if "\\u" in text:  # only an escape can bring a lone surrogate in
         _refuse_lone_surrogates(body)
     return body
@@ -409,7 +409,7 @@ def _refuse_lone_surrogates(value: Any) -> None:
                 v.encode("utf-8")
             except UnicodeEncodeError as e:
                 bad = v[e.start : e.end].encode("unicode_escape").decode()
-                raise BodyNotJSONError(f"{describe(v)} holds a lone UTF-16 surrogate ({bad})") from None
+                raise GenerateBodyNotJSONError(f"{describe(v)} holds a lone UTF-16 surrogate ({bad})") from None
         elif isinstance(v, Pairs):
             stack.extend(k for k, _ in v)
             stack.extend(x for _, x in v)
@@ -807,12 +807,12 @@ class GenerateBackend(Protocol):
 async def read_raw(chunks: AsyncIterator[bytes], declared_length: str | None, limit: int) -> bytes:
     """The body's bytes, under ``limit`` (a declared length over it is refused before reading)."""
     if declared_length is not None and declared_length.strip().isdigit() and int(declared_length) > limit:
-        raise BodyTooLargeError(int(declared_length), limit)
+        raise GenerateBodyTooLargeError(int(declared_length), limit)
     parts, size = [], 0
     async for chunk in chunks:
         size += len(chunk)
         if size > limit:
-            raise BodyTooLargeError(size, limit)
+            raise GenerateBodyTooLargeError(size, limit)
         parts.append(chunk)
     return b"".join(parts)
 
