@@ -104,10 +104,9 @@ def pod_server(tools: None) -> Iterator[Any]:
     front, as ``make serve`` runs it."""
     from benchmarks.mixed_traffic import settings
     from launcher import cli as launch
-    from tests.conftest import BUILD
 
     s = replace(
-        settings(BUILD / "test-autoscaling-signal", PORT, "render_chat,render_completion"),
+        settings(ROOT / "build" / "test-autoscaling-signal", PORT, "render_chat,render_completion"),
         model_dir="",
         model="qwen2-vl",
     )

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import http.client
 import json
 import os
@@ -19,6 +21,7 @@ import time
 import pytest
 import ports
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.live
 
 PORT = ports.port("front_availability")
@@ -32,9 +35,8 @@ def server(model_dir):
 
     from benchmarks.mixed_traffic import settings
     from launcher import cli as launch
-    from tests.conftest import BUILD
 
-    s = replace(settings(BUILD / "test-front-availability", PORT), models="completion,chat")
+    s = replace(settings(ROOT / "build" / "test-front-availability", PORT), models="completion,chat")
     if launch.start(s) != 0:
         pytest.fail(f"tritonserver did not start; see {s.log_file}")
     yield s

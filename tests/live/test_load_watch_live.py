@@ -7,6 +7,8 @@ requires ``launch.start`` to fail within 30 s, naming the model, with nothing of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import os
 import signal
 import threading
@@ -16,6 +18,7 @@ from dataclasses import replace
 import pytest
 import ports
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.live
 
 PORT = ports.port("load_watch")
@@ -26,9 +29,8 @@ def test_a_stub_dead_while_loading_fails_the_start_at_once(model_dir, capsys):
     from launcher import cli as launch
     from launcher.processes import group_members
     from launcher.watchdog import stubs_of
-    from tests.conftest import BUILD
 
-    s = replace(settings(BUILD / "test-load-watch", PORT), models="render_chat", openai_port=0)
+    s = replace(settings(ROOT / "build" / "test-load-watch", PORT), models="render_chat", openai_port=0)
     result: dict[str, int] = {}
     starter = threading.Thread(target=lambda: result.update(rc=launch.start(s)))
     started = time.monotonic()

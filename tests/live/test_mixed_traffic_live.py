@@ -14,11 +14,14 @@ server within a few dozen requests (the second test checks Triton saw none of it
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import os
 
 import pytest
 import ports
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.live
 
 REQUESTS = int(os.environ.get("MIXED_TRAFFIC_REQUESTS", 400))
@@ -31,9 +34,8 @@ def server(model_dir):
     for the batch tests) holds every stage's answer back, which hid the crash."""
     from benchmarks.mixed_traffic import settings
     from launcher import cli as launch
-    from tests.conftest import BUILD
 
-    s = settings(BUILD / "test-mixed-traffic", PORT)
+    s = settings(ROOT / "build" / "test-mixed-traffic", PORT)
     if launch.start(s) != 0:
         pytest.fail(f"tritonserver did not start; see {s.log_file}")
     yield s

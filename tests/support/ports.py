@@ -78,16 +78,23 @@ def port(name: str) -> int:
     return int(os.environ.get(block.env, block.base))
 
 
+MOVED_FOR = "TEST_PORTS_MOVED_FOR"
+"""Set to the worker whose move the environment already holds: the move is made once per process,
+however often the module that asks for it runs (a test importing ``tests.conftest`` runs the
+conftest a second time, under that name)."""
+
+
 def worker_environment(worker: str, environ: dict[str, str]) -> dict[str, str]:
     """The environment variables that move the shared blocks to ``worker``'s own ports
-    (``gw0``, a lone session: none)."""
+    (``gw0``, a lone session, or an environment moved already: none)."""
     n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    if n == 0:
+    if n == 0 or environ.get(MOVED_FOR) == worker:
         return {}
     session = BLOCKS["session"]
     envs = {b.env: b.base for b in BLOCKS.values() if b.shared}
     envs |= {env: session.base + i for i, env in enumerate(SESSION_PORT_ENVS) if i}
-    return {env: str(int(environ.get(env, base)) + WORKER_SHIFT * n) for env, base in envs.items()}
+    moved = {env: str(int(environ.get(env, base)) + WORKER_SHIFT * n) for env, base in envs.items()}
+    return {**moved, MOVED_FOR: worker}
 
 
 # The session server's four ports, in order (the first is the block's own variable).

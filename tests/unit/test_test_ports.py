@@ -36,7 +36,9 @@ def test_worker_environment_moves_only_the_shared_blocks() -> None:
     assert ports.worker_environment("gw0", {}) == {} and ports.worker_environment("", {}) == {}
     moved = ports.worker_environment("gw1", {})
     shared = {b.env for b in ports.BLOCKS.values() if b.shared} | set(ports.SESSION_PORT_ENVS)
-    assert set(moved) == shared
+    assert set(moved) == shared | {ports.MOVED_FOR}
+    # Asked again in the moved environment (the conftest imported a second time): no second move.
+    assert ports.worker_environment("gw1", moved) == {}
     assert moved["TEST_GRPC_PORT"] == str(ports.BLOCKS["session"].base + 1 + ports.WORKER_SHIFT)
     # A session's own choice is moved, not replaced: two sessions side by side stay apart.
     assert ports.worker_environment("gw1", {"TEST_HTTP_PORT": "30000"})["TEST_HTTP_PORT"] == str(
