@@ -120,7 +120,10 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
                     await send(m)
                     continue
                 if "abort" in request.parameters:  # Triton ends the whole stream
-                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "message larger than max")
+                    # Under the writers' lock: grpc refuses a status sent while a held request's
+                    # write is in flight (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS; seen in a full run).
+                    async with lock:
+                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "message larger than max")
                 if "error" in request.parameters:
                     m = service_pb2.ModelStreamInferResponse(error_message="in ensemble: max_tokens must be > 0")
                     m.infer_response.id = request.id
