@@ -354,3 +354,15 @@ print(sorted(m for m in ("openai", "torch", "transformers") if m in sys.modules)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_the_chat_packages_lazy_names_are_its_exports() -> None:
+    """``renderer.chat`` loads each exported name from the module ``_HOME`` names, on first use:
+    every export has a home, and each home really defines it."""
+    import importlib
+
+    import renderer.chat as chat
+
+    assert set(chat._HOME) == set(chat.__all__)
+    for name, module in chat._HOME.items():
+        assert hasattr(importlib.import_module(f"renderer.chat.{module}"), name), (name, module)
