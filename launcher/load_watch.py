@@ -18,21 +18,35 @@ model (``--model-load-thread-count``): no model waits, stubless, behind others.
 Where Triton does notice (an instance stub found dead during ``initialize``: "Stub process
 '<model>_0_0' is not healthy"), it fails the load and, at start-up, exits at once; ``stub_died``
 reads the model from its log, so that the supervisor says the same as for a stub the watch saw die.
+
+A start can also hang with every stub alive: seen here twice in a few dozen full test runs, once
+after ``tokenize``'s and once after vLLM's ``llm`` had logged the end of their ``initialize``; the
+model never reported loaded, and Triton 2.51 waits for a stub's answer without a limit. A load that
+works uses CPU somewhere in the server's process group (a stub, what it started, tritonserver), so a
+group that stays all but idle for ``stall_s`` while a Python model is still loading has hung
+(``hung_models``). Such a start is worth another try, unlike a model that fails to load.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.processes import group_cpu_ticks
 from launcher.watchdog import stubs_of
 
 # Longer than a stub takes to appear after its model's load begins, and than the gap between the
 # backend's first stub and the instances' (well under a second, on busy shared cores too).
 DEFAULT_GRACE_S = 10.0
+
+# What a hung start's whole process group still spends in ``stall_s`` (the stubs' health threads
+# wake every 300 ms), far below any work: a loading model burns seconds.
+IDLE_CPU_S = 0.2
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 # Triton logs each model it starts to load; the Python backend each instance it starts (one stub
@@ -69,11 +83,18 @@ class LoadWatch:
     grace_s: float = DEFAULT_GRACE_S
     """How long a loading model may lack a stub before its load counts as failed."""
 
+    stall_s: float = 60.0
+    """How long the server's process group may stay idle while a Python model loads before the
+    start counts as hung (``Settings.load_stall_s``)."""
+
     _started: Counter = field(default_factory=Counter)
     _begun: set[str] = field(default_factory=set)
     _loaded: set[str] = field(default_factory=set)
     _seen: set[str] = field(default_factory=set)
     _short_since: dict[str, float] = field(default_factory=dict)
+    _ticks: dict[int, int] = field(default_factory=dict)
+    _idle_since: float | None = None
+    _idle_ticks: int = 0
 
     def _read_log(self) -> None:
         if self.log_file is None or not self.log_file.exists():
@@ -105,6 +126,27 @@ class LoadWatch:
             self._short_since.pop(model, None)
         overdue = sorted(m for m, t in self._short_since.items() if now - t >= self.grace_s)
         return overdue[0] if overdue else None
+
+    def hung_models(self, now: float | None = None) -> list[str]:
+        """The Python models still loading (begun, or their stubs seen, and not yet "successfully
+        loaded"), if the server's whole process group has used under ``IDLE_CPU_S`` of CPU for
+        ``stall_s`` while they load; else none."""
+        now = time.monotonic() if now is None else now
+        self._read_log()
+        ticks = group_cpu_ticks(self.server_pid)
+        # What each process used since the last look (a new process: all it has used).
+        spent = sum(max(0, t - self._ticks.get(pid, 0)) for pid, t in ticks.items())
+        self._ticks = ticks
+        self._seen |= {stub.model for stub in stubs_of(self.server_pid).values()}
+        loading = sorted((self._seen | self._begun | set(self._started)) - self._loaded)
+        if not loading or self._idle_since is None:
+            self._idle_since, self._idle_ticks = now, 0
+            return []
+        self._idle_ticks += spent
+        if self._idle_ticks >= IDLE_CPU_S * TICKS_PER_S:
+            self._idle_since, self._idle_ticks = now, 0
+            return []
+        return loading if now - self._idle_since >= self.stall_s else []
 
 
 def log_tail(log_file: Path, lines: int = 30) -> str:

@@ -172,6 +172,18 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def group_cpu_ticks(pgid: int) -> dict[int, int]:
+    """CPU time (user and system, in clock ticks) of each live process of a process group."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+            out[int(entry.name)] = int(fields[11]) + int(fields[12])
+    return out
+
+
 def kill_group(pgid: int, timeout_s: float = 10.0) -> bool:
     """SIGKILL a process group and wait until none of it runs; whether it is gone."""
     deadline = time.monotonic() + timeout_s

@@ -276,6 +276,9 @@ class Settings:
     """Comma-separated models to load (ensembles bring their steps); empty loads them all."""
     startup_timeout_s: float = 180.0
     """How long ``start`` waits for readiness."""
+    load_stall_s: float = 60.0
+    """A start whose server (tritonserver, its stubs and what they started) uses almost no CPU
+    this long while a model still loads has hung, and is started again (``launcher/load_watch.py``)."""
     triton_home: str = ""
     """A tritonserver install with ``bin/`` and ``backends/`` (the official image's
     ``/opt/tritonserver``); empty: the server shipped in this venv's ``nvidia-pytriton`` wheel."""

@@ -14,7 +14,8 @@ server again after a backoff (1 s, 2 s, 4 s ... capped). Restarts are counted in
 ever ready (an exit code, not a signal) failed to start: a bad setting or a model that does not
 load, which a restart would only repeat; the supervisor gives up, so it fails fast. So does a first
 server with a model whose stub died while it loaded, which 2.51 would wait for forever
-(``launcher/load_watch.py``).
+(``launcher/load_watch.py``). A start that hangs, its server idle while a model still loads, is
+ended and started again, first or not.
 
 SIGTERM, SIGINT or SIGHUP stop it: a ready server gets SIGTERM (the Python backend then frees
 its regions) and the exit timeout; a server still loading models would act on SIGTERM only once
@@ -130,6 +131,10 @@ class Exited:
     reason: str | None = None
     """Why the supervisor ended a server that had not exited (a stub dead while its model loaded)."""
 
+    hung: bool = False
+    """The supervisor ended a start that hung: another start may well load, so even a first
+    server is started again."""
+
 
 def describe_exit(returncode: int) -> str:
     if returncode < 0:
@@ -222,7 +227,7 @@ class Supervisor:
             how = "was ended" if exited.reason else "exited unexpectedly"
             log.warning("tritonserver (pid %d) %s: %s", server.pid, how, reason)
             self._bury(server, watchdog, graceful=False)
-            if first and exited.ready_s is None and (exited.returncode >= 0 or exited.reason):
+            if first and exited.ready_s is None and not exited.hung and (exited.returncode >= 0 or exited.reason):
                 log.error(
                     "tritonserver failed to start: not restarting it (see %s)", self.server_log or "its output above"
                 )
@@ -262,7 +267,9 @@ class Supervisor:
     def _watch(self, server: subprocess.Popen, watchdog: subprocess.Popen) -> Exited | None:
         """Until the server exits (how) or a stop is requested (None)."""
         ready_at: float | None = None
-        loads = LoadWatch(server.pid, python_models(self.s), self.server_log, self._log_offset)
+        loads = LoadWatch(
+            server.pid, python_models(self.s), self.server_log, self._log_offset, stall_s=self.s.load_stall_s
+        )
         next_look = 0.0
         while not self._stop.is_set():
             reap_orphans({server.pid: server, watchdog.pid: watchdog})
@@ -285,6 +292,16 @@ class Supervisor:
                         log_tail(self.server_log) if self.server_log else "(above: the server writes to this output)",
                     )
                     return Exited(1, None, f"the stub of model '{model}' died while the model loaded")
+                hung = loads.hung_models()
+                if hung:
+                    log.error(
+                        "the start hung: %s still loading, and the server used almost no CPU for %.0f s"
+                        " (Triton 2.51 would wait for ever); the server log ends:\n%s",
+                        ", ".join(hung),
+                        self.s.load_stall_s,
+                        log_tail(self.server_log) if self.server_log else "(above: the server writes to this output)",
+                    )
+                    return Exited(1, None, f"the start hung while {', '.join(hung)} loaded", hung=True)
             self._stop.wait(0.2)
         return None
 

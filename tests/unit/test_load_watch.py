@@ -87,6 +87,71 @@ def test_without_a_log_only_models_seen_are_watched(world):
     assert w.dead_model(now=112) == "tokenize"
 
 
+@pytest.fixture()
+def cpu(monkeypatch) -> dict[int, int]:
+    """The server group's CPU ticks by pid, as the watch reads them."""
+    ticks: dict[int, int] = {}
+    monkeypatch.setattr(load_watch, "group_cpu_ticks", lambda pgid: dict(ticks))
+    return ticks
+
+
+def idle_ticks() -> int:
+    """Just under what the watch takes for work."""
+    return int(load_watch.IDLE_CPU_S * load_watch.TICKS_PER_S) - 1
+
+
+def test_a_start_idle_while_a_model_loads_has_hung(world, cpu):
+    log, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, stall_s=60)
+    alive[:] = ["chat_render", "tokenize"]
+    cpu.update({1: 500, 100: 300, 101: 200})
+    assert w.hung_models(now=0) == []
+    append(log, "I model_lifecycle.cc:839] \"successfully loaded 'tokenize'\"")
+    cpu[100] += idle_ticks()  # the health threads' wake-ups, not work
+    assert w.hung_models(now=59) == []
+    assert w.hung_models(now=60) == ["chat_render"]
+
+
+def test_a_start_that_works_now_and_then_has_not_hung(world, cpu):
+    log, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, stall_s=60)
+    alive[:] = ["chat_render", "tokenize"]
+    cpu.update({1: 500, 100: 300})
+    assert w.hung_models(now=0) == []
+    cpu[100] += 50  # half a second of work
+    assert w.hung_models(now=50) == []
+    assert w.hung_models(now=100) == []  # the idle time counts from the last work
+    assert w.hung_models(now=110) == ["chat_render", "tokenize"]
+
+
+def test_work_in_a_new_process_counts(world, cpu):
+    """vLLM's engine processes, started by the llm stub, are new members of the group."""
+    log, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, stall_s=60)
+    alive[:] = ["chat_render"]
+    cpu.update({1: 500, 100: 300})
+    assert w.hung_models(now=0) == []
+    cpu[200] = 400  # started after the last look
+    del cpu[100]  # and a process that ended takes nothing back
+    assert w.hung_models(now=30) == []
+    assert w.hung_models(now=89) == []
+    assert w.hung_models(now=90) == ["chat_render", "tokenize"]
+
+
+def test_an_idle_group_with_nothing_loading_has_not_hung(world, cpu):
+    log, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, stall_s=60)
+    append(
+        log,
+        "I model_lifecycle.cc:839] \"successfully loaded 'tokenize'\"",
+        "I model_lifecycle.cc:839] \"successfully loaded 'chat_render'\"",
+    )
+    alive[:] = ["chat_render", "tokenize"]
+    cpu.update({1: 500})
+    assert w.hung_models(now=0) == []
+    assert w.hung_models(now=1000) == []
+
+
 def test_a_stub_triton_found_dead_is_named_from_its_log():
     """Where Triton notices the dead stub itself (and fails the load), its log names the instance;
     the model is read from it, the instance's group and index cut off."""
