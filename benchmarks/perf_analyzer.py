@@ -159,8 +159,12 @@ def run(
     timeout_s: float = 180.0,
     log: Path | None = None,
     window: list[str] | None = None,
+    request_rate: float | None = None,
 ) -> Row:
-    """One perf_analyzer run at one concurrency; returns its row (raises with the output on failure)."""
+    """One perf_analyzer run at one concurrency (or, given ``request_rate``, at that many requests a
+    second, whatever their concurrency); returns its row (raises with the output on failure)."""
+    load = ["--request-rate-range", f"{request_rate}:{request_rate}"] if request_rate else []
+    load = load or ["--concurrency-range", f"{concurrency}:{concurrency}"]
     with tempfile.TemporaryDirectory() as tmp:
         out_csv = Path(tmp) / "pa.csv"
         cmd = [
@@ -173,8 +177,7 @@ def run(
             protocol,
             "--input-data",
             str(input_data),
-            "--concurrency-range",
-            f"{concurrency}:{concurrency}",
+            *load,
             "-f",
             str(out_csv),
             "--percentile",

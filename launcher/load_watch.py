@@ -19,12 +19,17 @@ Where Triton does notice (an instance stub found dead during ``initialize``: "St
 '<model>_0_0' is not healthy"), it fails the load and, at start-up, exits at once; ``stub_died``
 reads the model from its log, so that the supervisor says the same as for a stub the watch saw die.
 
-A start can also hang with every stub alive: seen here twice in a few dozen full test runs, once
-after ``tokenize``'s and once after vLLM's ``llm`` had logged the end of their ``initialize``; the
-model never reported loaded, and Triton 2.51 waits for a stub's answer without a limit. A load that
-works uses CPU somewhere in the server's process group (a stub, what it started, tritonserver), so a
-group that stays all but idle for ``stall_s`` while a Python model is still loading has hung
-(``hung_models``). Such a start is worth another try, unlike a model that fails to load.
+A start can also hang with every stub alive: seen here in full test runs, after ``tokenize``'s or
+vLLM's ``llm`` stub had logged the end of its ``initialize``; the model never reported loaded. Two
+such servers, caught hung, showed the cause: Triton 2.51's stub launcher, its one-second health
+check missed while the stub initialised (a stub busy on busy cores), gives up on the instance and
+waits for the stub process to exit (``StubLauncher::Launch``'s deferred ``WaitForStubProcess``, a
+``wait4`` without a limit) while nothing tells the stub to exit; the stub, its ``initialize`` done,
+waits for its next command. ``hung_models`` reads it two ways: a loading model's live stub that a
+tritonserver thread has waited on for ``grace_s`` (``/proc``'s ``wchan`` and ``syscall``), and, for
+any other hang, a process group (tritonserver, the stubs, what they started) all but idle for
+``stall_s`` while a Python model is still loading: a load that works uses CPU somewhere. Such a
+start is worth another try, unlike a model that fails to load.
 """
 
 from __future__ import annotations
@@ -95,6 +100,9 @@ class LoadWatch:
     _ticks: dict[int, int] = field(default_factory=dict)
     _idle_since: float | None = None
     _idle_ticks: int = 0
+    _awaited_since: dict[str, float] = field(default_factory=dict)
+    hang: str = ""
+    """How the last hung start showed (``hung_models``), for the log."""
 
     def _read_log(self) -> None:
         if self.log_file is None or not self.log_file.exists():
@@ -128,17 +136,30 @@ class LoadWatch:
         return overdue[0] if overdue else None
 
     def hung_models(self, now: float | None = None) -> list[str]:
-        """The Python models still loading (begun, or their stubs seen, and not yet "successfully
-        loaded"), if the server's whole process group has used under ``IDLE_CPU_S`` of CPU for
-        ``stall_s`` while they load; else none."""
+        """The loading Python models whose live stub tritonserver has waited on to exit for
+        ``grace_s``; else those still loading (begun, or their stubs seen, and not yet
+        "successfully loaded"), if the server's whole process group has used under ``IDLE_CPU_S``
+        of CPU for ``stall_s`` while they load; else none."""
         now = time.monotonic() if now is None else now
         self._read_log()
         ticks = group_cpu_ticks(self.server_pid)
         # What each process used since the last look (a new process: all it has used).
         spent = sum(max(0, t - self._ticks.get(pid, 0)) for pid, t in ticks.items())
         self._ticks = ticks
-        self._seen |= {stub.model for stub in stubs_of(self.server_pid).values()}
+        stubs = stubs_of(self.server_pid)
+        self._seen |= {stub.model for stub in stubs.values()}
         loading = sorted((self._seen | self._begun | set(self._started)) - self._loaded)
+        awaited = {stubs[pid].model for pid in awaited_by(self.server_pid) if pid in stubs} & set(loading)
+        for model in awaited:
+            self._awaited_since.setdefault(model, now)
+        for model in set(self._awaited_since) - awaited:
+            del self._awaited_since[model]
+        given_up = sorted(m for m, since in self._awaited_since.items() if now - since >= self.grace_s)
+        if given_up:
+            self.hang = (
+                f"tritonserver has waited {self.grace_s:.0f} s for their live stub to exit (a missed health check)"
+            )
+            return given_up
         if not loading or self._idle_since is None:
             self._idle_since, self._idle_ticks = now, 0
             return []
@@ -146,7 +167,26 @@ class LoadWatch:
         if self._idle_ticks >= IDLE_CPU_S * TICKS_PER_S:
             self._idle_since, self._idle_ticks = now, 0
             return []
-        return loading if now - self._idle_since >= self.stall_s else []
+        if now - self._idle_since < self.stall_s:
+            return []
+        self.hang = f"the server used almost no CPU for {self.stall_s:.0f} s"
+        return loading
+
+
+def awaited_by(server_pid: int) -> set[int]:
+    """The processes that a thread of ``server_pid`` is blocked in ``wait4`` on (its ``wchan`` is
+    ``do_wait``; the first argument of its syscall is the pid)."""
+    out = set()
+    for task in Path(f"/proc/{server_pid}/task").glob("*"):
+        try:
+            if (task / "wchan").read_text().strip() != "do_wait":
+                continue
+            pid = int((task / "syscall").read_text().split()[1], 16)
+        except (OSError, IndexError, ValueError):
+            continue
+        if pid > 0:
+            out.add(pid)
+    return out
 
 
 def log_tail(log_file: Path, lines: int = 30) -> str:

@@ -295,10 +295,10 @@ class Supervisor:
                 hung = loads.hung_models()
                 if hung:
                     log.error(
-                        "the start hung: %s still loading, and the server used almost no CPU for %.0f s"
-                        " (Triton 2.51 would wait for ever); the server log ends:\n%s",
+                        "the start hung: %s still loading, and %s (Triton 2.51 would wait for ever);"
+                        " the server log ends:\n%s",
                         ", ".join(hung),
-                        self.s.load_stall_s,
+                        loads.hang,
                         log_tail(self.server_log) if self.server_log else "(above: the server writes to this output)",
                     )
                     return Exited(1, None, f"the start hung while {', '.join(hung)} loaded", hung=True)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -88,7 +90,15 @@ def test_without_a_log_only_models_seen_are_watched(world):
 
 
 @pytest.fixture()
-def cpu(monkeypatch) -> dict[int, int]:
+def awaited(monkeypatch) -> set[int]:
+    """The pids a tritonserver thread waits on to exit, as the watch reads them."""
+    pids: set[int] = set()
+    monkeypatch.setattr(load_watch, "awaited_by", lambda server_pid: set(pids))
+    return pids
+
+
+@pytest.fixture()
+def cpu(monkeypatch, awaited) -> dict[int, int]:
     """The server group's CPU ticks by pid, as the watch reads them."""
     ticks: dict[int, int] = {}
     monkeypatch.setattr(load_watch, "group_cpu_ticks", lambda pgid: dict(ticks))
@@ -110,6 +120,7 @@ def test_a_start_idle_while_a_model_loads_has_hung(world, cpu):
     cpu[100] += idle_ticks()  # the health threads' wake-ups, not work
     assert w.hung_models(now=59) == []
     assert w.hung_models(now=60) == ["chat_render"]
+    assert w.hang == "the server used almost no CPU for 60 s"
 
 
 def test_a_start_that_works_now_and_then_has_not_hung(world, cpu):
@@ -150,6 +161,55 @@ def test_an_idle_group_with_nothing_loading_has_not_hung(world, cpu):
     cpu.update({1: 500})
     assert w.hung_models(now=0) == []
     assert w.hung_models(now=1000) == []
+
+
+def test_a_live_stub_that_triton_waits_on_to_exit_has_hung_its_model(world, cpu, awaited):
+    """Triton 2.51's stub launcher, after a missed health check, waits for the stub to exit while
+    nothing tells it to: caught by the wait, busy as the rest of the server may be."""
+    log, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, grace_s=10, stall_s=60)
+    alive[:] = ["chat_render", "tokenize"]  # pids 100 and 101
+    cpu.update({1: 500})
+    assert w.hung_models(now=0) == []
+    awaited.add(101)
+    for now in (1, 5, 10.9):
+        cpu[1] += 100  # tritonserver busy with the other loads
+        assert w.hung_models(now=now) == []
+    assert w.hung_models(now=11) == ["tokenize"]
+    assert "waited 10 s for their live stub to exit" in w.hang
+    awaited.clear()  # an unload's or a kill's short wait ends: no hang
+    assert w.hung_models(now=12) == []
+
+
+def test_a_wait_on_a_loaded_models_stub_is_no_hang(world, cpu, awaited):
+    log, alive = world
+    w = LoadWatch(1, frozenset({"chat_render", "tokenize"}), log, 0, grace_s=10, stall_s=60)
+    alive[:] = ["chat_render", "tokenize"]
+    append(log, "I model_lifecycle.cc:839] \"successfully loaded 'tokenize'\"")
+    cpu.update({1: 500})
+    awaited.add(101)
+    assert w.hung_models(now=0) == []
+    cpu[1] += 100
+    assert w.hung_models(now=30) == []
+
+
+def test_awaited_by_reads_a_thread_blocked_in_wait4():
+    """A real wait: this process's thread blocked on a child that sleeps."""
+    import subprocess
+    import threading
+
+    child = subprocess.Popen(["sleep", "30"])
+    waiter = threading.Thread(target=child.wait)
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 10
+        while child.pid not in load_watch.awaited_by(os.getpid()):
+            assert time.monotonic() < deadline, "the waiting thread was not seen"
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        waiter.join()
+    assert child.pid not in load_watch.awaited_by(os.getpid())
 
 
 def test_a_stub_triton_found_dead_is_named_from_its_log():
