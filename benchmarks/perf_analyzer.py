@@ -204,7 +204,7 @@ def parse_csv(text: str) -> list[Row]:
         us = lambda k: float(r[k]) / 1000.0  # noqa: E731 - perf_analyzer writes microseconds
         rows.append(
             Row(
-                int(r["Concurrency"]),
+                int(r.get("Concurrency") or 0),  # a request-rate run's rows have none
                 float(r["Inferences/Second"]),
                 us("p50 latency"),
                 us("p90 latency"),

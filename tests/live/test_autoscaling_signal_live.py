@@ -8,8 +8,8 @@ Debian's Prometheus every second, its Triton metrics and its front's, with the `
 HPA (``tests/support/prometheus.py``), and the target the very ``averageValue`` of
 ``docker/k8s/base/hpa.yaml``.
 
-perf_analyzer drives ``render_chat`` past saturation, then back to a light load (one request at a
-time). The metric is queue time *per request* over ``rate(...[1m])``: it reads the overload's value
+perf_analyzer drives ``render_chat`` past saturation, then back to a light load (a steady 50
+requests a second, which leaves the cores to the rest of the test run). The metric is queue time *per request* over ``rate(...[1m])``: it reads the overload's value
 as soon as two scrapes hold overloaded requests (idle before them adds no requests to the ratio),
 and it falls only once the overload's requests have left the one-minute window. So the overload
 lasts long enough for a steady reading (~12 s), and the light load a minute and a few scrapes.
@@ -55,6 +55,7 @@ RATE_WINDOW_S = 60.0  # the metricsQuery's [1m]
 # Three windows: 64.5 s, just past the minute the rate looks back and the three scrapes the test
 # waits beyond it (the light load must still run when the window has cleared).
 REST_WINDOW_MS = 21500
+REST_REQUESTS_PER_S = 50
 # Grafana's $__rate_interval with its datasource's default scrape interval (15 s): max($__interval +
 # 15 s, 4 x 15 s), 1m for any dashboard range up to a few hours; also the HPA query's own window.
 GRAFANA_RATE_INTERVAL = "1m"
@@ -146,9 +147,12 @@ def wait_scrapes(p: prom.Prometheus, n: int) -> None:
         time.sleep(SCRAPE_S / 2)
 
 
-def drive(server: Any, concurrency: int, window_ms: int, out: dict[str, Any]) -> threading.Thread:
-    """perf_analyzer (gRPC, chat_mix) on ``render_chat`` in a thread: three windows of ``window_ms``,
-    any spread accepted (the load is applied, not searched for a steady state)."""
+def drive(
+    server: Any, concurrency: int, window_ms: int, out: dict[str, Any], request_rate: float | None = None
+) -> threading.Thread:
+    """perf_analyzer (gRPC, chat_mix) on ``render_chat`` in a thread, at ``concurrency`` or at
+    ``request_rate`` requests a second: three windows of ``window_ms``, any spread accepted (the load
+    is applied, not searched for a steady state)."""
     from benchmarks import make_inputs
     from benchmarks import perf_analyzer as pa
 
@@ -165,6 +169,7 @@ def drive(server: Any, concurrency: int, window_ms: int, out: dict[str, Any]) ->
                 concurrency,
                 window=window,
                 timeout_s=window_ms * 3 / 1000 + 60,
+                request_rate=request_rate,
             )
         except RuntimeError as e:  # raised again by the test, with perf_analyzer's output
             out["error"] = e
@@ -205,7 +210,7 @@ def test_the_hpa_metric_rises_with_overload_and_falls_at_rest(
 
     rest: dict[str, Any] = {}
     rest_started = time.monotonic()
-    light = drive(pod_server, 1, REST_WINDOW_MS, rest)
+    light = drive(pod_server, 1, REST_WINDOW_MS, rest, request_rate=REST_REQUESTS_PER_S)
     window_clear = rest_started + RATE_WINDOW_S + 3 * SCRAPE_S
     fell = first_time(prometheus, rest_started, lambda: time.monotonic() > window_clear, lambda v: v < target)
     while time.monotonic() < window_clear:
