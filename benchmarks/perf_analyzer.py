@@ -137,9 +137,10 @@ def version() -> str:
 
 @dataclass
 class Row:
-    """One concurrency level of a perf_analyzer run."""
+    """One concurrency level (or request rate) of a perf_analyzer run."""
 
     concurrency: int
+    """Requests in flight; 0 for a request-rate run."""
     throughput: float
     """Inferences (requests) per second."""
     p50_ms: float
@@ -163,8 +164,11 @@ def run(
 ) -> Row:
     """One perf_analyzer run at one concurrency (or, given ``request_rate``, at that many requests a
     second, whatever their concurrency); returns its row (raises with the output on failure)."""
-    load = ["--request-rate-range", f"{request_rate}:{request_rate}"] if request_rate else []
-    load = load or ["--concurrency-range", f"{concurrency}:{concurrency}"]
+    load = (
+        ["--request-rate-range", f"{request_rate}:{request_rate}"]
+        if request_rate
+        else ["--concurrency-range", f"{concurrency}:{concurrency}"]
+    )
     with tempfile.TemporaryDirectory() as tmp:
         out_csv = Path(tmp) / "pa.csv"
         cmd = [

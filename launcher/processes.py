@@ -162,14 +162,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
+    return list(group_cpu_ticks(pgid))
 
 
 def group_cpu_ticks(pgid: int) -> dict[int, int]:

@@ -14,8 +14,9 @@ server again after a backoff (1 s, 2 s, 4 s ... capped). Restarts are counted in
 ever ready (an exit code, not a signal) failed to start: a bad setting or a model that does not
 load, which a restart would only repeat; the supervisor gives up, so it fails fast. So does a first
 server with a model whose stub died while it loaded, which 2.51 would wait for forever
-(``launcher/load_watch.py``). A start that hangs, its server idle while a model still loads, is
-ended and started again, first or not.
+(``launcher/load_watch.py``). A start that hangs, every stub alive (Triton waiting for a loading
+model's stub to exit, or the whole server idle while a model loads), is ended and started again,
+first or not.
 
 SIGTERM, SIGINT or SIGHUP stop it: a ready server gets SIGTERM (the Python backend then frees
 its regions) and the exit timeout; a server still loading models would act on SIGTERM only once

@@ -26,17 +26,13 @@ pytestmark = pytest.mark.live
 PORT = ports.port("load_watch")
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def signal_first_stub(
     s, model: str, sig: int, starter: threading.Thread, after_cpu_s: float = 0.0
 ) -> tuple[float | None, int | None]:
     """Send ``sig`` to the first stub of ``model`` seen while the server starts, once it has used
     ``after_cpu_s`` of CPU: (when, the server's pid)."""
     from launcher import cli as launch
+    from launcher.processes import group_cpu_ticks
     from launcher.watchdog import stubs_of
 
     started = time.monotonic()
@@ -44,12 +40,9 @@ def signal_first_stub(
     while time.monotonic() - started < 120 and starter.is_alive():
         server = launch.running_pid(s)
         stub = next((p for p, st in stubs_of(server).items() if st.model == model), None) if server else None
-        try:
-            if stub is not None and cpu_s(stub) >= after_cpu_s:
-                os.kill(stub, sig)
-                return time.monotonic(), server
-        except OSError:
-            pass
+        if stub is not None and group_cpu_ticks(server).get(stub, 0) >= after_cpu_s * os.sysconf("SC_CLK_TCK"):
+            os.kill(stub, sig)
+            return time.monotonic(), server
         time.sleep(0.01)
     return None, server
 
